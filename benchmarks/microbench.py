@@ -1,0 +1,889 @@
+"""nbcluster microbenchmarks, side by side with Ray, Dask and ProcessPoolExecutor in one run.
+
+    python benchmarks/microbench.py                      # every installed system, full sizes
+    python benchmarks/microbench.py --quick              # small sizes: a smoke run (CI)
+    python benchmarks/microbench.py --only nbcluster,ray --json results.json
+
+Each system runs in its own fresh subprocess (so one cannot leave processes or memory behind
+for the next), with 2 CPUs / workers. The table gives nbcluster's figure, each peer's figure
+and the ratio "how many times better nbcluster is" (>1 means nbcluster wins: peer/nbcluster for
+times, nbcluster/peer for rates and memory), with the DESIGN.md §8 target next to the Ray ratio.
+Absolute numbers drift on shared machines; only ratios measured in the same run mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Only the standard library is imported at module level: the cold-start child re-runs this file,
+# and its import time should be the system's, not ours. numpy and psutil are imported lazily.
+
+NUM_CPUS = 2
+SYSTEMS = ("nbcluster", "ray", "dask", "processpool")
+ALIASES = {"ppe": "processpool", "pool": "processpool", "processpoolexecutor": "processpool"}
+LABELS = {"nbcluster": "nbcluster", "ray": "Ray", "dask": "Dask", "processpool": "ProcPool"}
+
+
+def now() -> float:
+    """System-wide monotonic clock: comparable between processes on one Linux host."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+@dataclass
+class Sizes:
+    cold_reps: int = 3
+    rtt_n: int = 1000
+    async_n: int = 10_000
+    put_bytes: int = 100 * 2**20
+    small_bytes: int = 1 * 2**20
+    put_reps: int = 5
+    small_n: int = 10_000
+    chain_n: int = 1000
+    actor_n: int = 1000
+    actor_async_n: int = 10_000
+    settle_s: float = 3.0
+    budget_s: float = 60.0  # a sequential loop stops early (rate over what ran) past this
+    workload_timeout_s: int = 240
+    system_timeout_s: int = 1800
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            cold_reps=1,
+            rtt_n=100,
+            async_n=1000,
+            put_bytes=10 * 2**20,
+            small_bytes=2**20,
+            put_reps=3,
+            small_n=500,
+            chain_n=100,
+            actor_n=100,
+            actor_async_n=1000,
+            settle_s=1.0,
+            budget_s=10.0,
+            workload_timeout_s=60,
+            system_timeout_s=300,
+        )
+
+
+# --------------------------------------------------------------------------- user code
+# Defined at module level so that every system can ship them (by reference or by value).
+
+
+def tiny(x=None):
+    return x
+
+
+def inc(x):
+    return x + 1
+
+
+class Pinger:
+    def ping(self, x=None):
+        return x
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+class NotSupported(Exception):
+    """The system has no equivalent of this operation: the table shows n/a."""
+
+
+class Adapter:
+    """One system behind the same small interface. Subclasses override what they support."""
+
+    name = ""
+    notes: dict[str, str] = {}
+
+    def version(self) -> str:  # raises ImportError when the system is not installed
+        raise NotImplementedError
+
+    def start(self, num_cpus: int) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def remote(self, fn: Callable) -> Any:
+        raise NotImplementedError
+
+    def submit(self, handle: Any, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def get(self, ref: Any) -> Any:
+        raise NotImplementedError
+
+    def get_many(self, refs: list) -> list:
+        return [self.get(r) for r in refs]
+
+    def put(self, value: Any) -> Any:
+        raise NotSupported
+
+    def actor(self, cls: type) -> Any:
+        raise NotSupported
+
+    def call(self, actor: Any, method: str, *args: Any) -> Any:
+        raise NotSupported
+
+    def get_calls(self, refs: list) -> list:
+        return self.get_many(refs)
+
+    def extra_pids(self) -> set[int]:
+        """Processes of the cluster that are not descendants of the driver (if any)."""
+        return set()
+
+
+class NbclusterAdapter(Adapter):
+    name = "nbcluster"
+
+    def version(self) -> str:
+        import nbcluster
+
+        return getattr(nbcluster, "__version__", None) or importlib.metadata.version("nbcluster")
+
+    def start(self, num_cpus):
+        import nbcluster
+
+        self.nb = nbcluster
+        nbcluster.init(num_cpus=num_cpus)
+
+    def stop(self):
+        self.nb.shutdown()
+
+    def remote(self, fn):
+        return self.nb.remote(fn)
+
+    def submit(self, handle, *args):
+        return handle.remote(*args)
+
+    def get(self, ref):
+        return self.nb.get(ref)
+
+    def get_many(self, refs):
+        return self.nb.get(refs)
+
+    def put(self, value):
+        return self.nb.put(value)
+
+    def actor(self, cls):
+        try:
+            actor_cls = self.nb.remote(cls)
+        except (NotImplementedError, TypeError) as e:
+            raise NotSupported(f"actors: {e}") from e
+        return actor_cls.remote()
+
+    def call(self, actor, method, *args):
+        return getattr(actor, method).remote(*args)
+
+    def extra_pids(self):
+        pids: set[int] = set()
+        with contextlib.suppress(Exception):
+            for node in self.nb.nodes():
+                items = node.items() if isinstance(node, dict) else vars(node).items()
+                for key, value in items:
+                    if "pid" in key.lower() and isinstance(value, int) and value > 0:
+                        pids.add(value)
+        return pids
+
+
+class RayAdapter(Adapter):
+    name = "ray"
+
+    def version(self):
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no report home, no prompt
+        import ray
+
+        return ray.__version__
+
+    def start(self, num_cpus):
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        import ray
+
+        self.ray = ray
+        kwargs = dict(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+        try:  # keep Ray's traffic on loopback, as ours is
+            ray.init(_node_ip_address="127.0.0.1", **kwargs)
+        except TypeError:
+            ray.init(**kwargs)
+
+    def stop(self):
+        self.ray.shutdown()
+
+    def remote(self, fn):
+        return self.ray.remote(fn)
+
+    def submit(self, handle, *args):
+        return handle.remote(*args)
+
+    def get(self, ref):
+        return self.ray.get(ref)
+
+    def get_many(self, refs):
+        return self.ray.get(refs)
+
+    def put(self, value):
+        return self.ray.put(value)
+
+    def actor(self, cls):
+        return self.ray.remote(cls).remote()
+
+    def call(self, actor, method, *args):
+        return getattr(actor, method).remote(*args)
+
+
+class DaskAdapter(Adapter):
+    name = "dask"
+    notes = {
+        "put": "Dask: put = client.scatter, get = future.result() (TCP, copies)",
+        "idle_pss": "Dask: its scheduler runs inside the driver, so it is not counted",
+    }
+
+    def version(self):
+        import distributed
+
+        return distributed.__version__
+
+    def start(self, num_cpus):
+        from dask.distributed import Client, LocalCluster
+
+        self.cluster = LocalCluster(
+            n_workers=num_cpus,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        )
+        self.client = Client(self.cluster)
+
+    def stop(self):
+        self.client.close()
+        self.cluster.close()
+
+    def remote(self, fn):
+        return fn
+
+    def submit(self, handle, *args):
+        return self.client.submit(handle, *args, pure=False)
+
+    def get(self, ref):
+        return ref.result()
+
+    def get_many(self, refs):
+        return self.client.gather(refs)
+
+    def put(self, value):
+        # A list so that a tuple is one object, not a collection; hash=False so equal values
+        # still make new objects (as put does elsewhere).
+        return self.client.scatter([value], hash=False)[0]
+
+    def actor(self, cls):
+        return self.client.submit(cls, actor=True).result()
+
+    def call(self, actor, method, *args):
+        return getattr(actor, method)(*args)
+
+    def get_calls(self, refs):
+        return [r.result() for r in refs]
+
+
+class ProcessPoolAdapter(Adapter):
+    name = "processpool"
+    notes = {"chain": "ProcPool: futures cannot be arguments, so each step waits for the last"}
+
+    def version(self):
+        return "python " + platform.python_version()
+
+    def start(self, num_cpus):
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.ex = ProcessPoolExecutor(num_cpus)
+
+    def stop(self):
+        self.ex.shutdown(wait=True)
+
+    def remote(self, fn):
+        return fn
+
+    def submit(self, handle, *args):
+        from concurrent.futures import Future
+
+        args = tuple(a.result() if isinstance(a, Future) else a for a in args)
+        return self.ex.submit(handle, *args)
+
+    def get(self, ref):
+        return ref.result()
+
+
+ADAPTERS: dict[str, type[Adapter]] = {
+    "nbcluster": NbclusterAdapter,
+    "ray": RayAdapter,
+    "dask": DaskAdapter,
+    "processpool": ProcessPoolAdapter,
+}
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+class WorkloadTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    def _raise(signum, frame):
+        raise WorkloadTimeout(f"did not finish within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _median_seq(op: Callable[[], Any], n: int, budget_s: float) -> float:
+    """Median seconds of ``op`` over ``n`` sequential runs (fewer if the budget runs out)."""
+    times = []
+    start = time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        op()
+        times.append(time.perf_counter() - t)
+        if time.perf_counter() - start > budget_s:
+            break
+    return statistics.median(times)
+
+
+def w_rtt(a: Adapter, s: Sizes) -> float:
+    h = a.remote(tiny)
+    for _ in range(50):
+        a.get(a.submit(h))
+    return 1e3 * _median_seq(lambda: a.get(a.submit(h)), s.rtt_n, s.budget_s)
+
+
+def w_async(a: Adapter, s: Sizes) -> float:
+    h = a.remote(tiny)
+    a.get_many([a.submit(h, i) for i in range(200)])
+    t = time.perf_counter()
+    refs = [a.submit(h, i) for i in range(s.async_n)]
+    out = a.get_many(refs)
+    dt = time.perf_counter() - t
+    assert list(out) == list(range(s.async_n))
+    return s.async_n / dt
+
+
+def w_put_get(a: Adapter, s: Sizes) -> dict[str, float]:
+    import numpy as np
+
+    big = np.ones(s.put_bytes // 8)
+    small = np.ones(s.small_bytes // 8)
+    ref = a.put(big)  # warm-up: first touch of the store's memory
+    assert a.get(ref).nbytes == big.nbytes
+    del ref
+    put_times = []
+    for _ in range(s.put_reps):
+        t = time.perf_counter()
+        ref = a.put(big)
+        put_times.append(time.perf_counter() - t)
+        del ref
+    out = {"put_GBps": big.nbytes / statistics.median(put_times) / 1e9}
+    for key, arr in (("get_big_ms", big), ("get_small_ms", small)):
+        ref = a.put(arr)
+        a.get(ref)
+        times = []
+        for _ in range(s.put_reps):
+            t = time.perf_counter()
+            value = a.get(ref)
+            times.append(time.perf_counter() - t)
+            assert value.nbytes == arr.nbytes
+            del value
+        out[key] = 1e3 * statistics.median(times)
+        del ref
+    return out
+
+
+def w_small_objects(a: Adapter, s: Sizes) -> float:
+    for i in range(20):
+        a.get(a.put(("obj", i)))
+    done = 0
+    t = time.perf_counter()
+    for i in range(s.small_n):
+        assert a.get(a.put(("obj", i)))[1] == i
+        done += 1
+        if time.perf_counter() - t > s.budget_s:
+            break
+    return done / (time.perf_counter() - t)
+
+
+def w_chain(a: Adapter, s: Sizes) -> float:
+    h = a.remote(inc)
+    a.get(a.submit(h, 0))
+    t = time.perf_counter()
+    x = a.submit(h, 0)
+    for _ in range(s.chain_n - 1):
+        x = a.submit(h, x)
+    result = a.get(x)
+    dt = time.perf_counter() - t
+    assert result == s.chain_n, result
+    return dt
+
+
+def w_actor(a: Adapter, s: Sizes) -> dict[str, float]:
+    actor = a.actor(Pinger)
+    for _ in range(50):
+        a.get_calls([a.call(actor, "ping")])
+    rtt = _median_seq(lambda: a.get_calls([a.call(actor, "ping")]), s.actor_n, s.budget_s)
+    t = time.perf_counter()
+    refs = [a.call(actor, "ping", i) for i in range(s.actor_async_n)]
+    out = a.get_calls(refs)
+    dt = time.perf_counter() - t
+    assert list(out) == list(range(s.actor_async_n))
+    return {"actor_rtt_ms": 1e3 * rtt, "actor_async": s.actor_async_n / dt}
+
+
+def cluster_memory(a: Adapter) -> dict[str, float]:
+    """PSS summed over the driver's descendants (plus any pids the system names): MiB, count."""
+    import psutil
+
+    me = psutil.Process()
+    procs = {p.pid: p for p in me.children(recursive=True)}
+    for pid in a.extra_pids() - {me.pid} - set(procs):
+        with contextlib.suppress(psutil.Error):
+            procs[pid] = psutil.Process(pid)
+    pss = 0
+    count = 0
+    for p in procs.values():
+        try:
+            pss += p.memory_full_info().pss
+            count += 1
+        except psutil.Error:
+            pass
+    return {"idle_pss_mib": pss / 2**20, "idle_procs": count}
+
+
+# --------------------------------------------------------------------------- child processes
+
+
+def _emit(path: str, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def child_cold(system: str, out: str) -> None:
+    a = ADAPTERS[system]()
+    a.start(NUM_CPUS)
+    h = a.remote(tiny)
+    assert a.get(a.submit(h, 1)) == 1
+    _emit(out, {"first_result_at": now()})
+    a.stop()
+
+
+def child_suite(system: str, out: str, s: Sizes) -> None:
+    a = ADAPTERS[system]()
+
+    def run(key: str, fn: Callable[[], Any]) -> None:
+        log(f"[{system}] {key} ...")
+        try:
+            with deadline(s.workload_timeout_s):
+                value = fn()
+        except NotSupported as e:
+            _emit(out, {"key": key, "na": str(e) or "not supported"})
+            return
+        except Exception as e:  # a broken workload must not hide the others
+            _emit(out, {"key": key, "error": f"{type(e).__name__}: {e}"[:300]})
+            log(f"[{system}] {key} failed: {type(e).__name__}: {e}")
+            return
+        values = value if isinstance(value, dict) else {key: value}
+        for k, v in values.items():
+            _emit(out, {"key": k, "value": v})
+        log(f"[{system}] {key}: {values}")
+
+    with deadline(s.workload_timeout_s):
+        a.start(NUM_CPUS)
+        h = a.remote(tiny)
+        a.get(a.submit(h, 1))
+    time.sleep(s.settle_s)
+    run("idle", lambda: cluster_memory(a))
+    run("rtt_ms", lambda: w_rtt(a, s))
+    run("async_tasks", lambda: w_async(a, s))
+    run("putget", lambda: w_put_get(a, s))
+    run("small_objects", lambda: w_small_objects(a, s))
+    run("chain_s", lambda: w_chain(a, s))
+    run("actor", lambda: w_actor(a, s))
+    with deadline(s.workload_timeout_s):
+        a.stop()
+
+
+# --------------------------------------------------------------------------- parent
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _group_members(pgid: int) -> list[int]:
+    import psutil
+
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(p.pid) == pgid:
+                members.append(p.pid)
+    return members
+
+
+def _run_child(args: list[str], timeout: float, logfile: Path) -> tuple[int | None, float]:
+    """Run this script as a child in its own process group; end that group if it overstays.
+
+    Returns (exit code or None on timeout, monotonic start time).
+    """
+    cmd = [sys.executable, os.path.abspath(__file__), *args]
+    with open(logfile, "ab") as logf:
+        t0 = now()
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
+        )
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+    pgid = proc.pid  # the child leads its own group (start_new_session)
+    grace = time.monotonic() + (0 if rc is None else 10)
+    while _group_members(pgid) and time.monotonic() < grace:
+        time.sleep(0.2)
+    if _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        proc.wait()
+    return rc, t0
+
+
+def _read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join("    " + ln for ln in lines[-n:])
+
+
+def measure_memcpy(nbytes: int, reps: int = 10) -> float:
+    import numpy as np
+
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    return src.nbytes / statistics.median(times) / 1e9
+
+
+def measure_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict:
+    entry: dict[str, Any] = {"results": {}, "errors": {}, "na": {}}
+    try:
+        entry["version"] = ADAPTERS[system]().version()
+    except Exception as e:  # ImportError, or a half-written package
+        entry["status"] = "not installed"
+        log(f"[{system}] not installed ({type(e).__name__}: {e})")
+        return entry
+    entry["status"] = "ok"
+    logfile = workdir / f"{system}.log"
+    entry["log"] = str(logfile)
+    flag = ["--quick"] if quick else []
+
+    colds = []
+    for i in range(s.cold_reps):
+        out = workdir / f"{system}-cold-{i}.jsonl"
+        log(f"[{system}] cold start {i + 1}/{s.cold_reps} ...")
+        rc, t0 = _run_child(["--_cold", system, "--_out", str(out), *flag], 180, logfile)
+        recs = _read_records(out)
+        if recs:
+            colds.append(recs[0]["first_result_at"] - t0)
+            log(f"[{system}] cold start: {colds[-1]:.3f} s")
+        else:
+            entry["errors"]["cold_start_s"] = f"child exited {rc}; log: {logfile}"
+            log(f"[{system}] cold start failed (exit {rc}):\n{_tail(logfile)}")
+            break
+    if colds:
+        entry["results"]["cold_start_s"] = statistics.median(colds)
+
+    out = workdir / f"{system}-suite.jsonl"
+    rc, _ = _run_child(["--_suite", system, "--_out", str(out), *flag], s.system_timeout_s, logfile)
+    for rec in _read_records(out):
+        if "value" in rec:
+            entry["results"][rec["key"]] = rec["value"]
+        elif "na" in rec:
+            entry["na"][rec["key"]] = rec["na"]
+        else:
+            entry["errors"][rec["key"]] = rec["error"]
+    if rc != 0:
+        why = "timed out" if rc is None else f"exited {rc}"
+        entry["errors"]["suite"] = f"child {why}; log: {logfile}"
+        log(f"[{system}] suite {why}:\n{_tail(logfile)}")
+    return entry
+
+
+# --------------------------------------------------------------------------- report
+
+HIGHER, LOWER = "higher", "lower"
+
+
+@dataclass
+class Row:
+    key: str
+    label: str
+    unit: str
+    better: str
+    target: float | None = None  # the §8 factor against Ray (>1 = nbcluster better)
+    target_text: str = ""
+    group: str = ""  # keys of a workload whose failure shows on this row
+
+
+def rows_for(s: Sizes) -> list[Row]:
+    mb = s.put_bytes // 2**20
+    smb = s.small_bytes // 2**20
+    return [
+        Row("cold_start_s", "start to first result", "s", LOWER, 7, "≥7× (≤0.5 s)", "cold_start_s"),
+        Row("rtt_ms", "tiny-task round trip", "ms", LOWER, 3, "≥3×", "rtt_ms"),
+        Row("async_tasks", f"async tiny tasks ({s.async_n:,})", "/s", HIGHER, 4, "≥4×"),
+        Row("actor_rtt_ms", "actor call round trip", "ms", LOWER, 2, "≥2×", "actor"),
+        Row(
+            "actor_async",
+            f"async actor calls ({s.actor_async_n:,})",
+            "/s",
+            HIGHER,
+            3,
+            "≥3×",
+            "actor",
+        ),
+        Row("put_GBps", f"put of {mb} MB", "GB/s", HIGHER, None, "≥50% memcpy", "putget"),
+        Row("get_big_ms", f"get of {mb} MB", "ms", LOWER, None, "zero-copy", "putget"),
+        Row("get_small_ms", f"get of {smb} MB", "ms", LOWER, None, "", "putget"),
+        Row("small_objects", f"small put+get ({s.small_n:,})", "/s", HIGHER, 4, "≥4×"),
+        Row("chain_s", f"chain of {s.chain_n:,} tasks", "s", LOWER, 3, "≥3×"),
+        Row("idle_pss_mib", "idle memory (PSS)", "MiB", LOWER, 3, "≤⅓", "idle"),
+        Row("idle_procs", "idle processes", "", LOWER, None, "", "idle"),
+    ]
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, int):
+        return f"{v:,}"
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def advantage(row: Row, nb: float | None, peer: float | None) -> float | None:
+    """How many times better nbcluster is than the peer (>1: nbcluster wins)."""
+    if nb is None or peer is None or nb <= 0 or peer <= 0:
+        return None
+    return peer / nb if row.better == LOWER else nb / peer
+
+
+def cell(entry: dict, row: Row) -> tuple[float | None, str]:
+    """(value, text) of one system for one row: a figure, n/a, err, or not installed."""
+    if entry.get("status") != "ok":
+        return None, "-"
+    value = entry["results"].get(row.key)
+    if value is not None:
+        return value, fmt(value)
+    keys = {row.key, row.group} - {""}
+    if any(k in entry["na"] for k in keys):
+        return None, "n/a"
+    if any(k in entry["errors"] for k in keys) or "suite" in entry["errors"]:
+        return None, "err"
+    return None, "n/a"
+
+
+def target_status(row: Row, report: dict) -> str:
+    nb = report["systems"].get("nbcluster", {})
+    ray = report["systems"].get("ray", {})
+    nbv = nb.get("results", {}).get(row.key) if nb.get("status") == "ok" else None
+    if not row.target_text:
+        return ""
+    if nbv is None:
+        return "no data"
+    if row.key == "put_GBps":
+        return "met" if nbv >= 0.5 * report["memcpy_GBps"] else "not met"
+    if row.key == "get_big_ms":
+        small = nb["results"].get("get_small_ms")
+        if small is None:
+            return "no data"
+        # a copy grows with size; a mapping does not (allow noise: within 3× of the small get)
+        return "met" if nbv <= 3 * max(small, 0.05) else "not met"
+    rayv = ray.get("results", {}).get(row.key) if ray.get("status") == "ok" else None
+    adv = advantage(row, nbv, rayv)
+    if adv is None:
+        if row.key == "cold_start_s":
+            return "met (abs)" if nbv <= 0.5 else "not met (abs)"
+        return "no Ray"
+    return "met" if adv >= row.target else "not met"
+
+
+def render(report: dict, s: Sizes) -> str:
+    systems = report["systems"]
+    peers = [p for p in ("ray", "dask", "processpool") if p in systems]
+    head = ["workload", "unit", "nbcluster"]
+    for p in peers:
+        head += [LABELS[p], f"×{LABELS[p]}"]
+        if p == "ray":
+            head += ["target", "§8"]
+    table = [head]
+    nbe = systems.get("nbcluster", {"status": "skipped"})
+    for row in rows_for(s):
+        nbv, nbt = cell(nbe, row)
+        line = [row.label, row.unit, nbt]
+        for p in peers:
+            pv, pt = cell(systems[p], row)
+            adv = advantage(row, nbv, pv)
+            line += [pt, f"{adv:.2f}×" if adv is not None else ""]
+            if p == "ray":
+                line += [row.target_text, target_status(row, report)]
+        table.append(line)
+    memcpy = [f"memcpy of {s.put_bytes // 2**20} MB", "GB/s", fmt(report["memcpy_GBps"])]
+    table.append(memcpy + [""] * (len(head) - len(memcpy)))
+
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    out = []
+    for n, r in enumerate(table):
+        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
+        cells += [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("-" * len(out[0]))
+
+    out.append("")
+    out.append(
+        "×Peer = how many times better nbcluster is (>1: nbcluster wins); "
+        "target = DESIGN.md §8, against Ray in this run."
+    )
+    vers = ", ".join(
+        f"{LABELS[k]} {v.get('version', '')}".strip()
+        + ("" if v["status"] == "ok" else f" ({v['status']})")
+        for k, v in systems.items()
+    )
+    out.append(f"systems: {vers}")
+    m = report["machine"]
+    out.append(
+        f"machine: {m['cpus']} CPUs, {m['cpu']}, Python {m['python']}, "
+        f"{NUM_CPUS} workers each" + (", --quick sizes" if report["quick"] else "")
+    )
+    notes = []
+    for k, v in systems.items():
+        if v.get("status") != "ok":
+            continue
+        notes += ADAPTERS[k].notes.values()
+        for key, msg in v["errors"].items():
+            notes.append(f"{LABELS[k]} {key} failed: {msg}")
+        for key, msg in v["na"].items():
+            if msg != "not supported":
+                notes.append(f"{LABELS[k]} {key}: {msg}")
+    for note in notes:
+        out.append(f"  - {note}")
+    return "\n".join(out)
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def parse_only(text: str | None) -> list[str]:
+    if not text:
+        return list(SYSTEMS)
+    names = []
+    for raw in text.split(","):
+        name = ALIASES.get(raw.strip().lower(), raw.strip().lower())
+        if name not in SYSTEMS:
+            raise SystemExit(f"unknown system {raw!r}; choose from {', '.join(SYSTEMS)}")
+        names.append(name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--only", help="comma-separated: nbcluster,ray,dask,processpool")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--_cold", help=argparse.SUPPRESS)
+    parser.add_argument("--_suite", help=argparse.SUPPRESS)
+    parser.add_argument("--_out", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    sizes = Sizes.quick() if ns.quick else Sizes()
+
+    if ns._cold:
+        child_cold(ns._cold, ns._out)
+        return 0
+    if ns._suite:
+        child_suite(ns._suite, ns._out, sizes)
+        return 0
+
+    systems = parse_only(ns.only)
+    report: dict[str, Any] = {
+        "quick": ns.quick,
+        "machine": machine_info(),
+        "sizes": vars(sizes),
+        "systems": {},
+    }
+    report["memcpy_GBps"] = measure_memcpy(sizes.put_bytes)
+    log(f"memcpy of {sizes.put_bytes // 2**20} MB: {report['memcpy_GBps']:.2f} GB/s")
+    workdir = Path(tempfile.mkdtemp(prefix="nbcluster-bench-"))
+    for system in systems:
+        report["systems"][system] = measure_system(system, sizes, workdir, ns.quick)
+    print(render(report, sizes))
+    print(f"logs: {workdir}")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"results written to {ns.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

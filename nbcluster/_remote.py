@@ -1,0 +1,263 @@
+"""``@remote``: turn a function into a :class:`RemoteFunction` whose calls run in the cluster."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, overload
+
+import cloudpickle
+
+from nbcluster import options as _options
+from nbcluster._refs import ObjectRef
+from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.submitter import TaskRecord, build_spec
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.serialization import function_hash, serialize
+
+__all__ = ["RemoteFunction", "remote"]
+
+R = TypeVar("R")
+
+
+class RemoteFunction(Generic[R]):
+    """A function that runs as a task in the cluster: call it with ``.remote(...)``.
+
+    Created by ``@nbcluster.remote``. ``f.remote(*args)`` returns an :class:`ObjectRef`
+    (or a list of them when ``num_returns > 1``) at once; the task runs on a worker.
+    ``f.options(**overrides).remote(...)`` changes options for one call.
+    """
+
+    def __init__(self, function: Callable[..., R], options: _options.TaskOptions) -> None:
+        if inspect.iscoroutinefunction(function):
+            raise TypeError(
+                f"{function.__qualname__} is an async function; async remote functions are not "
+                "supported. Make it a regular function, or an async method of an actor."
+            )
+        self._function = function
+        self._options = options
+        self._name = getattr(function, "__qualname__", getattr(function, "__name__", "function"))
+        self._signature: inspect.Signature | None = None
+        self._payload: bytes | None = None
+        self._function_id = b""
+        functools.update_wrapper(self, function, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Remote functions cannot be called directly. Instead of running '{self._name}()', "
+            f"try '{self._name}.remote()'."
+        )
+
+    def __repr__(self) -> str:
+        return f"<RemoteFunction {self._name}>"
+
+    @property
+    def function(self) -> Callable[..., R]:
+        """The plain Python function."""
+        return self._function
+
+    def options(self, **overrides: Any) -> _OptionsWrapper[R]:
+        """Override options for the calls made through the returned object.
+
+        ``f.options(num_cpus=2, max_retries=0).remote(x)``. Unknown or ill-typed options
+        raise here, before anything is submitted.
+        """
+        return _OptionsWrapper(self, self._options.merge(where="options", **overrides))
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit a task running this function on ``args``; return its ref(s) at once."""
+        return self._remote(args, kwargs, self._options)
+
+    # -- submission --------------------------------------------------------------------------
+    def _check_arity(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        sig = self._signature
+        if sig is None:
+            try:
+                sig = self._signature = inspect.signature(self._function)
+            except (TypeError, ValueError):
+                return
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self._name}.remote(): {e}") from None
+
+    def _export(self, client: Any) -> bytes:
+        if self._payload is None:
+            try:
+                payload = cloudpickle.dumps(self._function)
+            except Exception as e:  # noqa: BLE001 - say what could not be pickled
+                serialize(self._function)  # raises SerializationError naming the culprit
+                raise TypeError(f"could not pickle {self._name}: {e}") from None
+            _check_function_size(self._name, len(payload), client.config)
+            self._payload = payload
+            self._function_id = function_hash(payload)
+        fid = self._function_id
+        if fid not in client.exported:
+            try:
+                client.run(
+                    lambda: client.head().ExportFunction(
+                        pb.ExportFunctionRequest(
+                            function_id=fid, payload=self._payload, name=self._name, job_id=client.job_id
+                        ),
+                        timeout=60,
+                    )
+                )
+            except RpcError as err:
+                raise to_exception(err, Peer.HEAD, "ExportFunction") from None
+            client.exported.add(fid)
+        return fid
+
+    def _remote(self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.TaskOptions) -> Any:
+        from nbcluster import _api
+
+        client = _api._client_or_autoinit()
+        self._check_arity(args, kwargs)
+        fid = self._export(client)
+        return submit_task(client, fid, self._name, args, kwargs, opts)
+
+
+class _OptionsWrapper(Generic[R]):
+    """``f.options(...)``: the same function with some options overridden."""
+
+    def __init__(self, rf: RemoteFunction[R], options: _options.TaskOptions) -> None:
+        self._rf = rf
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit with the overridden options."""
+        return self._rf._remote(args, kwargs, self._options)
+
+    def options(self, **overrides: Any) -> _OptionsWrapper[R]:
+        """Override more options."""
+        return _OptionsWrapper(self._rf, self._options.merge(where="options", **overrides))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._rf(*args, **kwargs)
+
+
+def _check_function_size(name: str, size: int, config: Any) -> None:
+    mib = size / 2**20
+    if size > config.function_size_error_bytes:
+        raise ValueError(
+            f"the remote function {name} pickles to {mib:.1f} MiB, over the "
+            f"{config.function_size_error_bytes / 2**20:.0f} MiB limit; it probably captures a large "
+            "object from its scope. Pass large values with nbcluster.put() and give the task the ref."
+        )
+    if size > config.function_size_warn_bytes:
+        warnings.warn(
+            f"the remote function {name} pickles to {mib:.1f} MiB; it probably captures a large "
+            "object. Use nbcluster.put() for large values and pass the ref instead.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def submit_task(
+    client: Any,
+    function_id: bytes,
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: _options.TaskOptions,
+) -> Any:
+    """Serialize the arguments, record the task as owned, and hand it to the submitter."""
+    dep_refs: list[ObjectRef] = []
+
+    def swap(v: Any) -> Any:
+        if isinstance(v, ObjectRef):
+            dep_refs.append(v)
+            return ArgPlaceholder(len(dep_refs) - 1)
+        return v
+
+    args2 = tuple(swap(a) for a in args)
+    kwargs2 = {k: swap(v) for k, v in kwargs.items()}
+    sv = serialize((args2, kwargs2))
+    limit = client.config.max_inline_bytes
+    if sv.total_size > limit:
+        # Large arguments travel through the object store, not inside the spec.
+        from nbcluster import _api
+
+        def big(v: Any) -> Any:
+            if isinstance(v, ArgPlaceholder):
+                return v
+            one = serialize(v)
+            if one.total_size > limit // 2:
+                return swap(_api._put_serialized(client, one))
+            return v
+
+        args2 = tuple(big(a) for a in args2)
+        kwargs2 = {k: big(v) for k, v in kwargs2.items()}
+        sv = serialize((args2, kwargs2))
+    nested = [r.binary() for r in sv.contained_refs]
+    task_id = client.next_task_id()
+    n = opts.num_returns
+    return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(n, 1) + 1)]
+    rec = TaskRecord()
+    rec.task_id = task_id
+    rec.name = name
+    rec.spec = build_spec(
+        client,
+        task_id=task_id,
+        function_id=function_id,
+        name=name,
+        args_blob=sv.to_bytes(),
+        num_returns=n,
+        max_calls=opts.max_calls,
+        retry_exceptions=opts.retry_exceptions,
+    )
+    shape = opts.resource_shape()
+    strategy = opts.scheduling_strategy if isinstance(opts.scheduling_strategy, str) else "DEFAULT"
+    rec.resources = shape
+    rec.strategy = strategy
+    rec.key = (tuple(sorted(shape.items())), strategy)
+    rec.return_ids = return_ids
+    rec.retries_left = opts.max_retries
+    rec.dep_ids = [r.binary() for r in dep_refs]
+    rec.nested_ids = nested
+    for oid in return_ids:
+        client.table.create_owned(oid, task=rec)
+    client.table.add_submitted(rec.dep_ids + nested)
+    refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+    client.submitter.submit(rec)
+    if n == 1:
+        return refs[0]
+    if n == 0:
+        return None
+    return refs
+
+
+@overload
+def remote(function: Callable[..., R], /) -> RemoteFunction[R]: ...
+@overload
+def remote(**options: Any) -> Callable[[Callable[..., R]], RemoteFunction[R]]: ...
+def remote(*args: Any, **options: Any) -> Any:
+    """Make a function (or, later, a class) run in the cluster.
+
+    Use bare (``@nbcluster.remote``) or with options
+    (``@nbcluster.remote(num_cpus=2, max_retries=1)``); ``nbcluster.remote(num_cpus=1)(fn)``
+    works too. Options are checked here: an unknown or ill-typed one raises at once with
+    the list of valid options.
+    """
+    if args:
+        if len(args) != 1 or options or not callable(args[0]):
+            raise TypeError(
+                "@nbcluster.remote takes either a function, or keyword options only, "
+                "e.g. @nbcluster.remote(num_cpus=2)"
+            )
+        return _make(args[0], _options.task_options({}, where="decorator"))
+    opts = _options.task_options(options, where="decorator")
+    return lambda target: _make(target, opts)
+
+
+def _make(target: Any, opts: _options.TaskOptions) -> Any:
+    if inspect.isclass(target):
+        raise TypeError(
+            f"@nbcluster.remote on a class ({target.__name__}) makes an actor; actors are not "
+            "available in this build yet. Use remote functions, or keep state in the driver."
+        )
+    if not callable(target):
+        raise TypeError(f"@nbcluster.remote needs a function, got {type(target).__name__}")
+    return RemoteFunction(target, opts)

@@ -1,0 +1,532 @@
+"""The core client: the part of the runtime that lives in every driver and worker.
+
+It owns the objects its process creates (``ownership.py``), submits tasks straight to
+leased workers (``submitter.py``), and answers other processes' questions about its
+objects (the ``CoreWorker`` service). Its asyncio loop runs on one background thread;
+user threads call the synchronous methods here, which hand work to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from nbcluster import exceptions as exc
+from nbcluster._runtime import proc
+from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release
+from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.rpc import AuthedStub, bind, make_channel, make_server, pb, pb_grpc
+from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
+from nbcluster.config import Config
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Channels:
+    """One channel (and stubs) per peer address, created on first use on the loop."""
+
+    def __init__(self, token: str, max_message_bytes: int) -> None:
+        self.token = token
+        self.max_message_bytes = max_message_bytes
+        self._channels: dict[str, Any] = {}
+        self._stubs: dict[tuple[str, str], AuthedStub] = {}
+
+    def stub(self, address: str, kind: str) -> AuthedStub:
+        key = (address, kind)
+        stub = self._stubs.get(key)
+        if stub is None:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = make_channel(address, self.token, max_message_bytes=self.max_message_bytes)
+                self._channels[address] = channel
+            raw = {
+                "head": pb_grpc.HeadStub,
+                "node": pb_grpc.NodeManagerStub,
+                "core": pb_grpc.CoreWorkerStub,
+            }[kind](channel)
+            stub = AuthedStub(raw, self.token)
+            self._stubs[key] = stub
+        return stub
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            with contextlib.suppress(Exception):
+                await ch.close(grace=0.1)
+        self._channels.clear()
+        self._stubs.clear()
+
+
+class CoreClient:
+    """Ownership, submission and object access for one process (driver or worker)."""
+
+    def __init__(
+        self,
+        *,
+        mode: str,
+        config: Config,
+        token: str,
+        head_address: str,
+        node_address: str,
+        job_id: bytes,
+        worker_id: bytes | None = None,
+        namespace: str = "",
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.mode = mode
+        self.config = config
+        self.token = token
+        self.head_address = head_address
+        self.node_address = node_address
+        self.job_id = job_id
+        self.worker_id = worker_id or proc.new_id()
+        self.namespace = namespace
+        self.host = host
+        self.address = ""  # set once our CoreWorker server listens
+        self.node_id = b""
+        self.store_dir = ""
+        self.session_dir = ""
+        self.table: OwnershipTable = OwnershipTable("")
+        self.loop = asyncio.new_event_loop()
+        self.thread: threading.Thread | None = None
+        self.channels = Channels(token, config.rpc_max_message_bytes)
+        self.server: Any = None
+        self.exported: set[bytes] = set()
+        self._task_prefix = os.urandom(8)
+        self._task_counter = 0
+        self._counter_lock = threading.Lock()
+        self._pending_frees: list[tuple[str, bytes]] = []
+        self._pending_unborrows: list[tuple[str, bytes]] = []
+        self._release_lock = threading.Lock()
+        self._release_scheduled = False
+        self.closed = False
+        self.current_task_id = b""  # set by the worker executor while a task runs
+        from nbcluster._runtime.core.submitter import Submitter
+
+        self.submitter = Submitter(self)
+        self.service: Any = None  # CoreWorker servicer (worker mode installs its own)
+
+    # -- life cycle ------------------------------------------------------------------------
+    def start(self, servicer_factory: Callable[[CoreClient], Any] | None = None) -> None:
+        """Start the I/O thread, our CoreWorker server, and learn the local node."""
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run_loop, args=(ready,), name="nbcluster-io", daemon=True)
+        self.thread.start()
+        ready.wait()
+        self.run(self._start_async(servicer_factory))
+
+    def _run_loop(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    async def _start_async(self, servicer_factory: Callable[[CoreClient], Any] | None) -> None:
+        self.server = make_server(self.token, max_message_bytes=self.config.rpc_max_message_bytes)
+        self.service = (servicer_factory or CoreWorkerService)(self)
+        pb_grpc.add_CoreWorkerServicer_to_server(self.service, self.server)
+        port = bind(self.server, self.host, 0)
+        self.address = f"{self.host}:{port}"
+        self.table.address = self.address
+        await self.server.start()
+
+    def run(self, coro: Coroutine[Any, Any, T] | Callable[[], Any], timeout: float | None = None) -> T:
+        """Run a coroutine, or a zero-argument callable returning an awaitable (an RPC call,
+        which must be created on the loop), on the I/O loop and wait for its result."""
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("CoreClient.run called from the I/O thread")
+        if callable(coro):
+            factory = coro
+
+            async def call() -> Any:
+                return await factory()
+
+            coro = call()
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Schedule ``fn(*args)`` on the I/O loop (thread-safe)."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        """Release everything and stop the I/O thread."""
+        if self.closed:
+            return
+        self.closed = True
+        release = self.table.drop_all()
+
+        async def _stop() -> None:
+            self.submitter.shutdown()
+            if release:
+                self._queue_release(release)
+                await self._flush_releases()
+            if self.server is not None:
+                await self.server.stop(grace=0.1)
+            await self.channels.close()
+
+        with contextlib.suppress(Exception):
+            self.run(_stop(), timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        with contextlib.suppress(Exception):
+            self.loop.close()
+
+    # -- stubs -----------------------------------------------------------------------------
+    def head(self) -> AuthedStub:
+        return self.channels.stub(self.head_address, "head")
+
+    def node(self, address: str | None = None) -> AuthedStub:
+        return self.channels.stub(address or self.node_address, "node")
+
+    def core(self, address: str) -> AuthedStub:
+        return self.channels.stub(address, "core")
+
+    # -- ids -------------------------------------------------------------------------------
+    def next_task_id(self) -> bytes:
+        with self._counter_lock:
+            self._task_counter += 1
+            n = self._task_counter
+        return self._task_prefix + n.to_bytes(8, "big")
+
+    # -- references --------------------------------------------------------------------------
+    def add_local_ref(self, object_id: bytes, owner: str, borrowed: bool) -> None:
+        self.table.add_local_ref(object_id, owner, borrowed)
+
+    def remove_local_ref(self, object_id: bytes) -> None:
+        if self.closed:
+            return
+        release = self.table.remove_local_ref(object_id)
+        if release:
+            self._queue_release(release)
+
+    def _queue_release(self, release: Release) -> None:
+        with self._release_lock:
+            self._pending_frees.extend(release.free_in_store)
+            self._pending_unborrows.extend(release.unborrow)
+            if self._release_scheduled or self.closed and not self.loop.is_running():
+                return
+            self._release_scheduled = True
+        with contextlib.suppress(RuntimeError):  # loop closed at interpreter exit
+            self.loop.call_soon_threadsafe(self._schedule_flush)
+
+    def _schedule_flush(self) -> None:
+        self.loop.create_task(self._flush_releases())
+
+    async def _flush_releases(self) -> None:
+        with self._release_lock:
+            frees, self._pending_frees = self._pending_frees, []
+            unborrows, self._pending_unborrows = self._pending_unborrows, []
+            self._release_scheduled = False
+        by_node: dict[str, list[bytes]] = {}
+        for addr, oid in frees:
+            by_node.setdefault(addr, []).append(oid)
+        by_owner: dict[str, list[bytes]] = {}
+        for addr, oid in unborrows:
+            by_owner.setdefault(addr, []).append(oid)
+        calls = [self.node(a).FreeObjects(pb.ObjectIds(object_ids=ids), timeout=10) for a, ids in by_node.items()]
+        calls += [
+            self.core(a).UpdateBorrows(
+                pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=False), timeout=10
+            )
+            for a, ids in by_owner.items()
+        ]
+        for result in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(result, BaseException) and not isinstance(result, RpcError):
+                log.debug("release failed: %r", result)
+
+    def register_borrows(self, object_ids: Sequence[bytes]) -> Coroutine[Any, Any, None]:
+        """Tell owners we hold refs to their objects (awaited before a task replies)."""
+        by_owner: dict[str, list[bytes]] = {}
+        with self.table.lock:
+            for oid in object_ids:
+                entry = self.table.entries.get(oid)
+                if entry is None or entry.owned or entry.registered:
+                    continue
+                entry.registered = True
+                by_owner.setdefault(entry.owner, []).append(oid)
+
+        async def _send() -> None:
+            calls = [
+                self.core(owner).UpdateBorrows(
+                    pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=True), timeout=10
+                )
+                for owner, ids in by_owner.items()
+            ]
+            await asyncio.gather(*calls, return_exceptions=True)
+
+        return _send()
+
+    # -- put -------------------------------------------------------------------------------
+    def put_serialized(self, sv: SerializedValue, object_id: bytes | None = None) -> tuple[bytes, Entry]:
+        """Store a serialized value as a new owned object; return its id and entry."""
+        oid = object_id or (self.next_task_id() + (0).to_bytes(4, "big"))
+        if sv.contained_refs:
+            self.table.mark_escaped([r.binary() for r in sv.contained_refs if r.owner_address == self.address])
+        entry = self.table.create_owned(oid)
+        if sv.total_size <= self.config.max_inline_bytes:
+            entry.set_ready(data=sv.to_bytes())
+        else:
+            self.write_to_store(oid, sv)
+            entry.set_ready(
+                in_store=True, size=sv.total_size, node_id=self.node_id, node_address=self.node_address
+            )
+        return oid, entry
+
+    def write_to_store(self, object_id: bytes, sv: SerializedValue) -> None:
+        """Reserve room in the local node's store, write the object, and seal it."""
+        try:
+            self.run(
+                lambda: self.node().CreateObject(
+                    pb.CreateObjectRequest(object_id=object_id, size=sv.total_size, owner_address=self.address),
+                    timeout=60,
+                )
+            )
+        except RpcError as err:
+            raise to_exception(err, Peer.NODE, "CreateObject") from None
+        objstore.write_object(self.store_dir, object_id, sv)
+        self.run(lambda: self.node().SealObject(pb.SealObjectRequest(object_id=object_id, size=sv.total_size), timeout=60))
+
+    # -- reading values ------------------------------------------------------------------------
+    def value_of(self, object_id: bytes, entry: Entry) -> Any:
+        """Deserialize a ready entry (raising the stored error, if any)."""
+        if entry.exc is not None:
+            raise entry.exc
+        if entry.in_store:
+            buf = entry.buffer
+            if buf is None:
+                buf = self.map_from_store(object_id, entry)
+                entry.buffer = buf
+            value = deserialize(buf)
+        else:
+            assert entry.data is not None
+            value = deserialize(entry.data)
+        if entry.is_error:
+            raise _as_raisable(value)
+        return value
+
+    def map_from_store(self, object_id: bytes, entry: Entry) -> memoryview:
+        """Map a stored object read-only (restoring it from spill first when needed)."""
+        if entry.node_id and self.node_id and entry.node_id != self.node_id:
+            raise exc.ObjectLostError(
+                object_id.hex(),
+                "the object lives on another node and cross-node transfer is not available in this build",
+            )
+        buf = objstore.read_object(self.store_dir, object_id)
+        if buf is None:
+            reply = self.run(lambda: self.node().GetObjectInfo(pb.ObjectIds(object_ids=[object_id]), timeout=60))
+            if reply.found:
+                buf = objstore.read_object(self.store_dir, object_id)
+        if buf is None:
+            raise exc.ObjectLostError(object_id.hex(), "the object is no longer in the node's store")
+        return buf
+
+    # -- waiting -------------------------------------------------------------------------------
+    def ensure_tracked(self, refs: Sequence[Any]) -> list[Entry]:
+        """Entries for ``refs``; borrowed pending ones get a status request to their owner."""
+        entries = []
+        to_fetch = []
+        with self.table.lock:
+            for ref in refs:
+                entry = self.table.entries.get(ref._id)
+                if entry is None:  # a ref whose client was a previous session
+                    entry = Entry(False, ref._owner)
+                    entry.set_ready(exc=exc.ObjectLostError(ref.hex(), "the ref belongs to a finished session"))
+                elif not entry.owned and entry.state == PENDING and not entry.fetching:
+                    entry.fetching = True
+                    to_fetch.append((ref._id, entry))
+                entries.append(entry)
+        for oid, entry in to_fetch:
+            self.loop.call_soon_threadsafe(self._start_fetch, oid, entry)
+        return entries
+
+    def _start_fetch(self, object_id: bytes, entry: Entry) -> None:
+        self.loop.create_task(self.fetch_status(object_id, entry))
+
+    async def fetch_status(self, object_id: bytes, entry: Entry) -> None:
+        """Ask the owner of a borrowed object until it is ready (or lost)."""
+        owner = entry.owner
+        failures = 0
+        while entry.state == PENDING and not self.closed:
+            try:
+                reply = await self.core(owner).GetObjectStatus(
+                    pb.ObjectStatusRequest(object_id=object_id, timeout=10.0), timeout=15
+                )
+            except RpcError as err:
+                failures += 1
+                if failures < 3 and err.code().name == "DEADLINE_EXCEEDED":
+                    continue
+                self._finish_borrowed(
+                    entry,
+                    exc=exc.OwnerDiedError(
+                        object_id.hex(), f"the owner {owner} of this object died or cannot be reached"
+                    ),
+                )
+                return
+            if reply.status == pb.ObjectStatusReply.READY:
+                loc = reply.location
+                self._finish_borrowed(
+                    entry,
+                    data=loc.data if not loc.in_store else None,
+                    in_store=loc.in_store,
+                    size=loc.size,
+                    node_id=loc.node_id,
+                    node_address=loc.node_address,
+                    is_error=reply.is_error,
+                )
+                return
+            if reply.status in (pb.ObjectStatusReply.FREED, pb.ObjectStatusReply.UNKNOWN):
+                self._finish_borrowed(
+                    entry, exc=exc.ObjectLostError(object_id.hex(), "the owner no longer has this object")
+                )
+                return
+
+    def _finish_borrowed(self, entry: Entry, **kwargs: Any) -> None:
+        with self.table.lock:
+            if entry.state == READY:
+                return
+            entry.set_ready(**kwargs)
+            entry.fetching = False
+        self.table.wake(entry)
+        self.submitter.object_ready(entry)
+
+    def wait_entries(
+        self,
+        entries: Sequence[Entry],
+        num_returns: int,
+        deadline: float | None,
+    ) -> None:
+        """Block until ``num_returns`` of ``entries`` are ready or the deadline passes."""
+        blocked = False
+        try:
+            while True:
+                ev = threading.Event()
+                with self.table.lock:
+                    ready = 0
+                    for e in entries:
+                        if e.state == READY:
+                            ready += 1
+                    if ready >= num_returns:
+                        return
+                    for e in entries:
+                        if e.state != READY:
+                            if e.waiters is None:
+                                e.waiters = []
+                            e.waiters.append(ev)
+                if not blocked and self.mode == "worker":
+                    blocked = True
+                    self.on_blocked(True)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                # Short slices keep Ctrl-C (KeyboardInterrupt) responsive in the main thread.
+                ev.wait(0.1 if remaining is None else min(0.1, remaining))
+        finally:
+            if blocked:
+                self.on_blocked(False)
+
+    def on_blocked(self, blocked: bool) -> None:
+        """Hook: a worker gives its CPU back while it waits (overridden by the worker)."""
+
+    def as_future(self, ref: Any) -> concurrent.futures.Future[Any]:
+        """A concurrent future resolved with the ref's value (or error)."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def waiter() -> None:
+            try:
+                entry = self.ensure_tracked([ref])[0]
+                self.wait_entries([entry], 1, None)
+                fut.set_result(self.value_of(ref._id, entry))
+            except BaseException as e:  # noqa: BLE001 - delivered through the future
+                fut.set_exception(e)
+
+        threading.Thread(target=waiter, daemon=True, name="nbcluster-future").start()
+        return fut
+
+    # -- cluster info ----------------------------------------------------------------------------
+    def hostname(self) -> str:
+        return socket.gethostname()
+
+
+def _as_raisable(value: Any) -> BaseException:
+    if isinstance(value, exc.TaskError):
+        return value.as_instanceof_cause()
+    if isinstance(value, BaseException):
+        return value
+    return exc.NbclusterSystemError(f"an error object of unexpected type {type(value).__name__}")
+
+
+class CoreWorkerService(pb_grpc.CoreWorkerServicer):
+    """Answers other processes about objects this process owns."""
+
+    def __init__(self, client: CoreClient) -> None:
+        self.client = client
+
+    async def GetObjectStatus(self, request: pb.ObjectStatusRequest, context: Any) -> pb.ObjectStatusReply:
+        client = self.client
+        entry = client.table.get(request.object_id)
+        if entry is None or not entry.owned:
+            return pb.ObjectStatusReply(status=pb.ObjectStatusReply.UNKNOWN)
+        if entry.state != READY:
+            waiter = asyncio.get_running_loop().create_future()
+            client.submitter.add_async_waiter(entry, waiter)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(waiter, timeout=max(0.0, request.timeout) or None)
+            if entry.state != READY:
+                return pb.ObjectStatusReply(status=pb.ObjectStatusReply.PENDING)
+        return location_reply(request.object_id, entry)
+
+    async def UpdateBorrows(self, request: pb.BorrowRequest, context: Any) -> pb.Empty:
+        release = self.client.table.update_borrowers(request.object_ids, request.borrower_address, request.add)
+        if release:
+            self.client._queue_release(release)
+        return pb.Empty()
+
+    async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
+        return pb.Empty()
+
+    async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
+        import grpc
+
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "a driver does not execute tasks")
+        yield pb.ReplyBatch()  # pragma: no cover
+
+    async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
+        return pb.Empty()
+
+
+def location_reply(object_id: bytes, entry: Entry) -> pb.ObjectStatusReply:
+    """Describe a ready object for a borrower."""
+    if entry.exc is not None:
+        data = serialize(entry.exc).to_bytes()
+        return pb.ObjectStatusReply(
+            status=pb.ObjectStatusReply.READY,
+            is_error=True,
+            location=pb.ObjectLocation(object_id=object_id, data=data, size=len(data)),
+        )
+    return pb.ObjectStatusReply(
+        status=pb.ObjectStatusReply.READY,
+        is_error=entry.is_error,
+        location=pb.ObjectLocation(
+            object_id=object_id,
+            data=entry.data if not entry.in_store else b"",
+            in_store=entry.in_store,
+            size=entry.size,
+            node_id=entry.node_id,
+            node_address=entry.node_address,
+            owner_address=entry.owner,
+        ),
+    )

@@ -1,0 +1,620 @@
+"""Task submission: dependency resolution, worker leases, streams, retries, cancellation.
+
+The hot path (DESIGN §2): a task whose arguments are ready joins the queue of its
+scheduling key (resource shape + strategy). Each key holds worker leases from node
+managers; specs go to leased workers in batches over one persistent stream per lease and
+replies come back the same way. A lease is kept for a short idle period so the next task
+of the same shape skips the lease round trip. Everything here runs on the I/O loop except
+:meth:`Submitter.submit`, which user threads call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import threading
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from nbcluster import exceptions as exc
+from nbcluster._runtime.core.ownership import PENDING, READY, Entry
+from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.serialization import serialize
+
+if TYPE_CHECKING:
+    from nbcluster._runtime.core.client import CoreClient
+
+log = logging.getLogger(__name__)
+
+MAX_LEASE_REQUESTS = 16
+FAST_TASK_S = 0.002  # tasks shorter than this on average are pipelined on a worker
+
+
+class TaskRecord:
+    """An owner's record of one submitted task (also its lineage)."""
+
+    __slots__ = (
+        "task_id",
+        "spec",
+        "key",
+        "resources",
+        "strategy",
+        "return_ids",
+        "retries_left",
+        "dep_ids",
+        "nested_ids",
+        "pending_deps",
+        "cancelled",
+        "force_cancel",
+        "lease",
+        "name",
+        "done",
+        "submitted_at",
+    )
+
+    def __init__(self) -> None:
+        self.pending_deps = 0
+        self.cancelled = False
+        self.force_cancel = False
+        self.lease: Lease | None = None
+        self.done = False
+
+
+class KeyQueue:
+    """Ready tasks of one scheduling key and the leases that run them."""
+
+    def __init__(self, key: tuple[Any, ...], resources: dict[str, float], strategy: str) -> None:
+        self.key = key
+        self.resources = resources
+        self.strategy = strategy
+        self.queue: collections.deque[TaskRecord] = collections.deque()
+        self.leases: list[Lease] = []
+        self.requests: dict[bytes, str] = {}  # request id -> node address
+        self.avg_duration = 1.0  # unknown: assume slow (no pipelining) until measured
+        self.infeasible_since: float | None = None
+        self.warned = False
+
+    def depth(self, max_depth: int) -> int:
+        return max_depth if self.avg_duration < FAST_TASK_S else 1
+
+
+class Lease:
+    """A leased worker and the stream we push its tasks on."""
+
+    def __init__(self, kq: KeyQueue, reply: pb.LeaseReply, node_address: str) -> None:
+        self.kq = kq
+        self.lease_id = reply.lease_id
+        self.worker_id = reply.worker_id
+        self.worker_address = reply.worker_address
+        self.worker_pid = reply.worker_pid
+        self.gpu_ids = list(reply.gpu_ids)
+        self.node_address = node_address
+        self.node_id = reply.node_id
+        self.inflight: dict[bytes, TaskRecord] = {}
+        self.outbox: list[pb.TaskSpec] = []
+        self.call: Any = None
+        self.writing = False
+        self.dead = False
+        self.exiting = False
+        self.returned = False
+        self.idle_handle: asyncio.TimerHandle | None = None
+
+
+class Submitter:
+    """Submits this process's tasks and tracks them until their results are in."""
+
+    def __init__(self, client: CoreClient) -> None:
+        self.client = client
+        self.keys: dict[tuple[Any, ...], KeyQueue] = {}
+        self.tasks: dict[bytes, TaskRecord] = {}  # task id -> record, while not done
+        self._inbox: collections.deque[TaskRecord] = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_scheduled = False
+        self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self.closed = False
+
+    # -- from user threads ------------------------------------------------------------------
+    def submit(self, rec: TaskRecord) -> None:
+        """Queue a task built by the caller (thread-safe, batched wake-up of the loop)."""
+        with self._inbox_lock:
+            self._inbox.append(rec)
+            if self._inbox_scheduled:
+                return
+            self._inbox_scheduled = True
+        self.client.loop.call_soon_threadsafe(self._drain_inbox)
+
+    def cancel(self, task_id: bytes, force: bool) -> None:
+        """Cancel a task (thread-safe)."""
+        self.client.loop.call_soon_threadsafe(self._cancel, task_id, force)
+
+    # -- loop side --------------------------------------------------------------------------
+    def _drain_inbox(self) -> None:
+        with self._inbox_lock:
+            batch = list(self._inbox)
+            self._inbox.clear()
+            self._inbox_scheduled = False
+        touched: set[tuple[Any, ...]] = set()
+        for rec in batch:
+            self.tasks[rec.task_id] = rec
+            self._resolve_deps(rec, touched)
+        for key in touched:
+            self._pump(self.keys[key])
+
+    def _resolve_deps(self, rec: TaskRecord, touched: set[tuple[Any, ...]]) -> None:
+        table = self.client.table
+        pending = 0
+        for oid in rec.dep_ids:
+            entry = table.get(oid)
+            if entry is None or entry.state == READY:
+                continue
+            pending += 1
+            if entry.dependents is None:
+                entry.dependents = []
+            entry.dependents.append(rec)
+            if not entry.owned and not entry.fetching:
+                entry.fetching = True
+                self.client.loop.create_task(self.client.fetch_status(oid, entry))
+        rec.pending_deps = pending
+        if pending == 0:
+            self._ready(rec, touched)
+
+    def object_ready(self, entry: Entry) -> None:
+        """An object became ready: wake tasks and async waiters that wait for it."""
+        waiters = self._async_waiters.pop(id(entry), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        deps = entry.dependents
+        if not deps:
+            return
+        entry.dependents = None
+        touched: set[tuple[Any, ...]] = set()
+        for rec in deps:
+            rec.pending_deps -= 1
+            if rec.pending_deps == 0 and not rec.done:
+                self._ready(rec, touched)
+        for key in touched:
+            self._pump(self.keys[key])
+
+    def add_async_waiter(self, entry: Entry, fut: asyncio.Future[None]) -> None:
+        """Complete ``fut`` when ``entry`` becomes ready (loop thread)."""
+        if entry.state == READY:
+            fut.set_result(None)
+            return
+        self._async_waiters.setdefault(id(entry), []).append(fut)
+
+    def _ready(self, rec: TaskRecord, touched: set[tuple[Any, ...]]) -> None:
+        """All dependencies are ready: fill in their values, or fail with theirs."""
+        if rec.cancelled:
+            self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+            return
+        table = self.client.table
+        spec = rec.spec
+        del spec.resolved_args[:]
+        for oid in rec.dep_ids:
+            entry = table.get(oid)
+            if entry is None:
+                self._fail(rec, exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran"))
+                return
+            if entry.exc is not None:
+                self._fail(rec, entry.exc)
+                return
+            if entry.is_error:
+                self._fail_with_data(rec, entry.data, entry)
+                return
+            spec.resolved_args.add(
+                object_id=oid,
+                data=entry.data if not entry.in_store else b"",
+                in_store=entry.in_store,
+                size=entry.size,
+                node_id=entry.node_id,
+                node_address=entry.node_address,
+                owner_address=entry.owner,
+            )
+        kq = self.keys.get(rec.key)
+        if kq is None:
+            kq = self.keys[rec.key] = KeyQueue(rec.key, rec.resources, rec.strategy)
+        kq.queue.append(rec)
+        touched.add(rec.key)
+
+    # -- leases and streams ----------------------------------------------------------------------
+    def _pump(self, kq: KeyQueue) -> None:
+        """Send queued tasks to leases with room; ask for more leases when needed."""
+        if self.closed:
+            return
+        depth = kq.depth(self.client.config.max_tasks_in_flight_per_worker)
+        queue = kq.queue
+        if queue:
+            for lease in kq.leases:
+                if lease.dead or lease.exiting or lease.returned:
+                    continue
+                room = depth - len(lease.inflight)
+                if room <= 0:
+                    continue
+                if lease.idle_handle is not None:
+                    lease.idle_handle.cancel()
+                    lease.idle_handle = None
+                while room > 0 and queue:
+                    rec = queue.popleft()
+                    if rec.cancelled:
+                        self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+                        continue
+                    self._send(lease, rec)
+                    room -= 1
+                self._flush(lease)
+                if not queue:
+                    break
+        spare = sum(
+            max(0, depth - len(le.inflight)) for le in kq.leases if not (le.dead or le.exiting or le.returned)
+        )
+        want = min(len(queue) - spare, MAX_LEASE_REQUESTS) - len(kq.requests)
+        for _ in range(max(0, want)):
+            self._request_lease(kq, self.client.node_address, spill=True)
+        if not queue:
+            for rid, address in list(kq.requests.items()):
+                self.client.loop.create_task(self._cancel_request(address, rid))
+            for lease in kq.leases:
+                if not lease.inflight and lease.idle_handle is None and not lease.returned:
+                    self._schedule_return(lease)
+
+    def _send(self, lease: Lease, rec: TaskRecord) -> None:
+        spec = rec.spec
+        spec.lease_id = lease.lease_id
+        del spec.gpu_ids[:]
+        spec.gpu_ids.extend(lease.gpu_ids)
+        rec.lease = lease
+        lease.inflight[rec.task_id] = rec
+        lease.outbox.append(spec)
+
+    def _flush(self, lease: Lease) -> None:
+        if lease.outbox and not lease.writing:
+            lease.writing = True
+            self.client.loop.create_task(self._writer(lease))
+
+    async def _writer(self, lease: Lease) -> None:
+        try:
+            while lease.outbox and not lease.dead:
+                batch, lease.outbox = lease.outbox, []
+                await lease.call.write(pb.TaskBatch(tasks=batch))
+        except (RpcError, asyncio.InvalidStateError, Exception) as err:  # noqa: BLE001
+            log.debug("write to worker failed: %r", err)
+            self._lease_failed(lease)
+        finally:
+            lease.writing = False
+
+    def _request_lease(self, kq: KeyQueue, address: str, spill: bool) -> None:
+        rid = os.urandom(16)
+        kq.requests[rid] = address
+        self.client.loop.create_task(self._lease_request(kq, rid, address, spill))
+
+    async def _lease_request(self, kq: KeyQueue, rid: bytes, address: str, spill: bool) -> None:
+        client = self.client
+        try:
+            reply = await client.node(address).RequestWorkerLease(
+                pb.LeaseRequest(
+                    resources=kq.resources,
+                    owner_address=client.address,
+                    job_id=client.job_id,
+                    no_spillback=not spill,
+                    request_id=rid,
+                    strategy=kq.strategy if isinstance(kq.strategy, str) else "DEFAULT",
+                )
+            )
+        except RpcError as err:
+            kq.requests.pop(rid, None)
+            if self.closed:
+                return
+            log.warning("lease request to %s failed: %s", address, err.code().name)
+            await asyncio.sleep(0.5)
+            self._pump(kq)
+            return
+        kq.requests.pop(rid, None)
+        if self.closed:
+            if reply.status == pb.LeaseReply.GRANTED:
+                await self._return_lease_rpc(address, reply.lease_id, False)
+            return
+        if reply.status == pb.LeaseReply.GRANTED:
+            kq.infeasible_since = None
+            lease = Lease(kq, reply, address)
+            try:
+                lease.call = client.core(reply.worker_address).PushTasks()
+            except RpcError:
+                await self._return_lease_rpc(address, reply.lease_id, True)
+                self._pump(kq)
+                return
+            kq.leases.append(lease)
+            client.loop.create_task(self._reader(lease))
+            self._pump(kq)
+        elif reply.status == pb.LeaseReply.SPILLBACK:
+            self._request_lease(kq, reply.spill_address, spill=False)
+        elif reply.status == pb.LeaseReply.INFEASIBLE:
+            self._infeasible(kq, reply.message)
+            await asyncio.sleep(1.0)
+            self._pump(kq)
+
+    def _infeasible(self, kq: KeyQueue, message: str) -> None:
+        now = time.monotonic()
+        if kq.infeasible_since is None:
+            kq.infeasible_since = now
+        if not kq.warned and now - kq.infeasible_since >= 0:
+            kq.warned = True
+            names = sorted({rec.name for rec in kq.queue})[:3]
+            text = f"Infeasible: task(s) {', '.join(names) or '?'} cannot be scheduled: {message}"
+            log.warning(text)
+            warnings.warn(text, exc.InfeasibleResourceWarning, stacklevel=1)
+            self._report_infeasible(text)
+
+    def _report_infeasible(self, text: str) -> None:
+        """Also print it, so a notebook user sees it under the cell even from the I/O thread."""
+        import sys
+
+        with contextlib.suppress(Exception):
+            print(f"nbcluster warning: {text}", file=sys.stderr, flush=True)
+
+    async def _cancel_request(self, address: str, rid: bytes) -> None:
+        with contextlib.suppress(RpcError):
+            await self.client.node(address).CancelWorkerLease(pb.CancelLeaseRequest(request_id=rid), timeout=5)
+
+    async def _reader(self, lease: Lease) -> None:
+        call = lease.call
+        try:
+            while True:
+                batch = await call.read()
+                if batch is None or batch is _EOF():
+                    break
+                touched = False
+                for reply in batch.replies:
+                    touched = True
+                    self._on_reply(lease, reply)
+                if touched:
+                    self._pump(lease.kq)
+        except (RpcError, asyncio.CancelledError, Exception) as err:  # noqa: BLE001
+            log.debug("stream from worker ended: %r", err)
+        if not lease.returned:
+            self._lease_failed(lease)
+
+    def _schedule_return(self, lease: Lease) -> None:
+        others_waiting = any(k.requests for k in self.keys.values() if k is not lease.kq)
+        delay = 0.0 if others_waiting else self.client.config.lease_idle_timeout_s
+        lease.idle_handle = self.client.loop.call_later(delay, self._return_idle, lease)
+
+    def _return_idle(self, lease: Lease) -> None:
+        lease.idle_handle = None
+        if lease.inflight or lease.returned or lease.dead:
+            return
+        if lease.kq.queue and not lease.exiting:
+            self._pump(lease.kq)
+            return
+        self._return(lease, failed=False)
+
+    def _return(self, lease: Lease, failed: bool) -> None:
+        lease.returned = True
+        if lease in lease.kq.leases:
+            lease.kq.leases.remove(lease)
+        with contextlib.suppress(Exception):
+            lease.call.cancel()
+        self.client.loop.create_task(self._return_lease_rpc(lease.node_address, lease.lease_id, failed))
+
+    async def _return_lease_rpc(self, address: str, lease_id: bytes, failed: bool) -> None:
+        with contextlib.suppress(RpcError):
+            await self.client.node(address).ReturnWorkerLease(
+                pb.ReturnLeaseRequest(lease_id=lease_id, worker_failed=failed), timeout=10
+            )
+
+    def _lease_failed(self, lease: Lease) -> None:
+        """The worker's stream broke: the worker died. Retry or fail what it was running."""
+        if lease.dead or lease.returned:
+            return
+        lease.dead = True
+        inflight = list(lease.inflight.values())
+        lease.inflight.clear()
+        self._return(lease, failed=True)
+        if self.closed:
+            return
+        retry, fail = [], []
+        for rec in inflight:
+            if rec.cancelled:
+                self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+            elif rec.retries_left != 0:
+                rec.retries_left -= 1
+                rec.spec.attempt += 1
+                retry.append(rec)
+            else:
+                fail.append(rec)
+        for rec in reversed(retry):
+            lease.kq.queue.appendleft(rec)
+        if fail:
+            self.client.loop.create_task(self._fail_crashed(lease, fail))
+        self._pump(lease.kq)
+
+    async def _fail_crashed(self, lease: Lease, recs: list[TaskRecord]) -> None:
+        detail = f"worker (pid {lease.worker_pid}) died"
+        with contextlib.suppress(RpcError):
+            info = await self.client.node(lease.node_address).GetWorkerExitInfo(
+                pb.WorkerRef(worker_id=lease.worker_id), timeout=5
+            )
+            if info.found and info.detail:
+                detail = info.detail
+        for rec in recs:
+            self._fail(
+                rec,
+                exc.WorkerCrashedError(
+                    f"task {rec.name} failed: the {detail} while running it "
+                    f"(attempts: {rec.spec.attempt + 1}). Raise max_retries to retry on crashes."
+                ),
+            )
+
+    # -- results -----------------------------------------------------------------------------
+    def _on_reply(self, lease: Lease, reply: pb.TaskReply) -> None:
+        rec = lease.inflight.pop(reply.task_id, None)
+        kq = lease.kq
+        if reply.worker_exiting:
+            lease.exiting = True
+        if rec is None:
+            return
+        if reply.requeued:
+            kq.queue.appendleft(rec)
+            return
+        duration = max(0.0, reply.end_time - reply.start_time)
+        kq.avg_duration = duration if kq.avg_duration == 1.0 else 0.8 * kq.avg_duration + 0.2 * duration
+        if reply.cancelled or (rec.cancelled and reply.is_error):
+            self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+        elif reply.is_error and reply.retryable and rec.retries_left != 0 and not rec.cancelled:
+            rec.retries_left -= 1
+            rec.spec.attempt += 1
+            kq.queue.append(rec)
+        else:
+            self._complete(rec, reply)
+        if lease.exiting and not lease.inflight:
+            self._return(lease, failed=False)
+
+    def _complete(self, rec: TaskRecord, reply: pb.TaskReply) -> None:
+        client = self.client
+        table = client.table
+        ready: list[Entry] = []
+        orphans: list[tuple[str, bytes]] = []
+        with table.lock:
+            for loc in reply.returns:
+                entry = table.entries.get(loc.object_id)
+                if entry is None:
+                    if loc.in_store:
+                        orphans.append((loc.node_address, loc.object_id))
+                    continue
+                entry.set_ready(
+                    data=None if loc.in_store else loc.data,
+                    in_store=loc.in_store,
+                    size=loc.size,
+                    node_id=loc.node_id,
+                    node_address=loc.node_address,
+                    is_error=reply.is_error,
+                )
+                ready.append(entry)
+        self._finish(rec, ready)
+        if orphans:
+            from nbcluster._runtime.core.ownership import Release
+
+            rel = Release()
+            rel.free_in_store.extend(orphans)
+            client._queue_release(rel)
+
+    def _fail(self, rec: TaskRecord, error: BaseException) -> None:
+        table = self.client.table
+        ready = []
+        with table.lock:
+            for oid in rec.return_ids:
+                entry = table.entries.get(oid)
+                if entry is not None and entry.state == PENDING:
+                    entry.set_ready(exc=error)
+                    ready.append(entry)
+        self._finish(rec, ready)
+
+    def _fail_with_data(self, rec: TaskRecord, data: bytes | None, src: Entry) -> None:
+        table = self.client.table
+        ready = []
+        with table.lock:
+            for oid in rec.return_ids:
+                entry = table.entries.get(oid)
+                if entry is not None and entry.state == PENDING:
+                    entry.set_ready(
+                        data=data,
+                        in_store=src.in_store,
+                        size=src.size,
+                        node_id=src.node_id,
+                        node_address=src.node_address,
+                        is_error=True,
+                    )
+                    ready.append(entry)
+        self._finish(rec, ready)
+
+    def _finish(self, rec: TaskRecord, ready: list[Entry]) -> None:
+        rec.done = True
+        self.tasks.pop(rec.task_id, None)
+        table = self.client.table
+        for entry in ready:
+            table.wake(entry)
+            self.object_ready(entry)
+        release = table.remove_submitted(rec.dep_ids + rec.nested_ids)
+        if release:
+            self.client._queue_release(release)
+
+    # -- cancellation -------------------------------------------------------------------------
+    def _cancel(self, task_id: bytes, force: bool) -> None:
+        rec = self.tasks.get(task_id)
+        if rec is None or rec.done:
+            return
+        rec.cancelled = True
+        rec.force_cancel = force
+        rec.retries_left = 0
+        lease = rec.lease
+        if lease is not None and task_id in lease.inflight:
+            self.client.loop.create_task(self._cancel_remote(lease, task_id, force))
+            return
+        kq = self.keys.get(rec.key)
+        if kq is not None and rec in kq.queue:
+            kq.queue.remove(rec)
+        self._fail(rec, exc.TaskCancelledError(task_id.hex()))
+
+    async def _cancel_remote(self, lease: Lease, task_id: bytes, force: bool) -> None:
+        client = self.client
+        if force:
+            with contextlib.suppress(RpcError):
+                await client.node(lease.node_address).KillWorker(
+                    pb.WorkerRef(worker_id=lease.worker_id, force=True), timeout=5
+                )
+            return
+        with contextlib.suppress(RpcError):
+            await client.core(lease.worker_address).CancelTask(pb.CancelTaskRequest(task_id=task_id), timeout=5)
+
+    def shutdown(self) -> None:
+        """Stop: return leases, fail nothing (the process is going away)."""
+        self.closed = True
+        for kq in self.keys.values():
+            for lease in list(kq.leases):
+                if lease.idle_handle is not None:
+                    lease.idle_handle.cancel()
+                if not lease.returned:
+                    self._return(lease, failed=bool(lease.inflight))
+            for rid, address in list(kq.requests.items()):
+                self.client.loop.create_task(self._cancel_request(address, rid))
+
+
+def _EOF() -> Any:
+    import grpc.aio
+
+    return grpc.aio.EOF
+
+
+def build_spec(
+    client: CoreClient,
+    *,
+    task_id: bytes,
+    function_id: bytes,
+    name: str,
+    args_blob: bytes,
+    num_returns: int,
+    max_calls: int,
+    retry_exceptions: Any,
+) -> pb.TaskSpec:
+    """The wire spec of a task (resolved args are filled in when dependencies are ready)."""
+    retry_blob = b""
+    if retry_exceptions:
+        retry_blob = serialize(retry_exceptions).to_bytes()
+    return pb.TaskSpec(
+        task_id=task_id,
+        job_id=client.job_id,
+        function_id=function_id,
+        function_name=name,
+        args=args_blob,
+        num_returns=num_returns,
+        owner_address=client.address,
+        retry_exceptions=retry_blob,
+        max_calls=max_calls,
+        parent_task_id=client.current_task_id,
+        namespace=client.namespace,
+    )

@@ -1,0 +1,92 @@
+"""Head process entry point: ``python -m nbcluster._runtime.head.main``.
+
+Prints nothing on success; publishes its address in ``<session>/head.addr``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+from nbcluster._runtime import proc
+from nbcluster._runtime.head.service import HeadService, HeadStore
+from nbcluster._runtime.head.state import HeadState
+from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
+from nbcluster.config import Config
+
+log = logging.getLogger("nbcluster.head")
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = Config.from_env()
+    session_dir = Path(args.session_dir)
+    token = proc.read_token(args.token_file)
+    proc.setup_logging(config.log_level, session_dir / "logs" / "head.log", "head")
+    if not is_loopback(args.host) and not args.allow_external:
+        raise SystemExit(
+            f"refusing to listen on {args.host}: pass --allow-external to bind a non-loopback address "
+            "(every call still needs the cluster token; anyone with the token can run code as you)"
+        )
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    state = HeadState(config.node_death_timeout_s, config.task_events_capacity)
+    store = HeadStore(session_dir / "head.sqlite")
+    store.load(state)
+    service = HeadService(
+        state,
+        store,
+        token=token,
+        session_name=session_dir.name,
+        session_dir=str(session_dir),
+        on_shutdown=stop.set,
+    )
+    server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
+    pb_grpc.add_HeadServicer_to_server(service, server)
+    port = bind(server, args.host, args.port)
+    await server.start()
+    if not is_loopback(args.host):
+        log.warning("head listening on non-loopback address %s:%d", args.host, port)
+    proc.install_signal_handlers(loop, stop.set)
+    if args.parent_fd >= 0:
+        proc.watch_parent(loop, args.parent_fd, stop.set)
+    proc.write_atomic(session_dir / proc.HEAD_ADDRESS_FILE, f"{args.host}:{port}\n")
+    (session_dir / "head.pid").write_text(str(os.getpid()))
+    log.info("head serving on %s:%d", args.host, port)
+
+    async def liveness() -> None:
+        interval = min(config.heartbeat_interval_s, config.node_death_timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            for died in state.tick(time.time()):
+                log.warning("node %s declared dead: %s", died.node_id.hex()[:8], died.reason)
+
+    ticker = asyncio.create_task(liveness())
+    await stop.wait()
+    ticker.cancel()
+    if args.parent_fd >= 0 or args.stop_nodes_on_exit:
+        await service.stop_nodes()
+    await server.stop(grace=0.5)
+    store.close()
+    log.info("head stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments and run the head until it is stopped."""
+    p = argparse.ArgumentParser(prog="nbcluster-head")
+    p.add_argument("--session-dir", required=True)
+    p.add_argument("--token-file", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--parent-fd", type=int, default=-1)
+    p.add_argument("--allow-external", action="store_true")
+    p.add_argument("--stop-nodes-on-exit", action="store_true")
+    args = p.parse_args(argv)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

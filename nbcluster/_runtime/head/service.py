@@ -1,0 +1,285 @@
+"""gRPC shell around :class:`HeadState`, with SQLite persistence of KV, functions and jobs.
+
+The head never unpickles user data: function payloads and KV values are opaque bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
+from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel, pb, pb_grpc
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (ns TEXT, key BLOB, value BLOB, PRIMARY KEY (ns, key));
+CREATE TABLE IF NOT EXISTS functions (id BLOB PRIMARY KEY, name TEXT, payload BLOB);
+CREATE TABLE IF NOT EXISTS jobs (id BLOB PRIMARY KEY, info BLOB);
+"""
+
+
+class HeadStore:
+    """Write-through SQLite (WAL) store so a restarted head recovers KV, functions and jobs."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+
+    def load(self, state: HeadState) -> None:
+        """Fill ``state`` from disk."""
+        for ns, key, value in self.db.execute("SELECT ns, key, value FROM kv"):
+            state.kv[(ns, bytes(key))] = bytes(value)
+        for fid, name, payload in self.db.execute("SELECT id, name, payload FROM functions"):
+            state.functions[bytes(fid)] = (name, bytes(payload))
+        for _jid, info in self.db.execute("SELECT id, info FROM jobs"):
+            job = pb.JobInfo.FromString(info)
+            state.jobs[job.job_id] = _job_record(job)
+
+    def kv_put(self, ns: str, key: bytes, value: bytes) -> None:
+        self.db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", (ns, key, value))
+
+    def kv_del(self, ns: str, keys: list[bytes]) -> None:
+        self.db.executemany("DELETE FROM kv WHERE ns = ? AND key = ?", [(ns, k) for k in keys])
+
+    def put_function(self, fid: bytes, name: str, payload: bytes) -> None:
+        self.db.execute("INSERT OR IGNORE INTO functions VALUES (?, ?, ?)", (fid, name, payload))
+
+    def put_job(self, job: JobRecord) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO jobs VALUES (?, ?)", (job.job_id, _job_info(job).SerializeToString())
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _job_record(job: pb.JobInfo) -> JobRecord:
+    return JobRecord(
+        job_id=job.job_id,
+        driver_address=job.driver_address,
+        driver_pid=job.driver_pid,
+        namespace=job.namespace,
+        entrypoint=job.entrypoint,
+        start_time=job.start_time,
+        driver_hostname=job.driver_hostname,
+        end_time=job.end_time,
+        alive=job.alive,
+    )
+
+
+def _job_info(job: JobRecord) -> pb.JobInfo:
+    return pb.JobInfo(
+        job_id=job.job_id,
+        driver_address=job.driver_address,
+        driver_pid=job.driver_pid,
+        namespace=job.namespace,
+        entrypoint=job.entrypoint,
+        start_time=job.start_time,
+        end_time=job.end_time,
+        alive=job.alive,
+        driver_hostname=job.driver_hostname,
+    )
+
+
+def node_info(n: NodeRecord) -> pb.NodeInfo:
+    """The wire form of a node record."""
+    return pb.NodeInfo(
+        node_id=n.node_id,
+        node_name=n.node_name,
+        address=n.address,
+        hostname=n.hostname,
+        store_dir=n.store_dir,
+        total=n.total,
+        available=n.available,
+        alive=n.alive,
+        start_time=n.start_time,
+        store_capacity=n.store_capacity,
+        store_used=n.store_used,
+        num_workers=n.num_workers,
+        pid=n.pid,
+        death_reason=n.death_reason,
+        last_heartbeat=n.last_heartbeat,
+        store_spilled=n.store_spilled,
+    )
+
+
+class HeadService(pb_grpc.HeadServicer):
+    """The Head gRPC service."""
+
+    def __init__(
+        self,
+        state: HeadState,
+        store: HeadStore,
+        *,
+        token: str,
+        session_name: str,
+        session_dir: str,
+        on_shutdown: Callable[[], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.token = token
+        self.session_name = session_name
+        self.session_dir = session_dir
+        self.on_shutdown = on_shutdown
+        self.clock = clock
+        self.start_time = clock()
+
+    # -- nodes --------------------------------------------------------------------------
+    async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext):
+        n = request.node
+        if len(n.node_id) != 16:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id must be 16 bytes")
+        now = self.clock()
+        self.state.register_node(
+            NodeRecord(
+                node_id=n.node_id,
+                node_name=n.node_name,
+                address=n.address,
+                hostname=n.hostname,
+                store_dir=n.store_dir,
+                total=dict(n.total),
+                available=dict(n.available) or dict(n.total),
+                store_capacity=n.store_capacity,
+                pid=n.pid,
+                start_time=now,
+                last_heartbeat=now,
+            )
+        )
+        log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
+        return pb.RegisterNodeReply(session_name=self.session_name)
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext):
+        ok = self.state.heartbeat(
+            request.node_id,
+            self.clock(),
+            dict(request.available),
+            request.store_used,
+            request.num_workers,
+            request.store_spilled,
+            request.pending_leases,
+        )
+        if not ok:
+            return pb.HeartbeatReply(reregister=True)
+        return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
+
+    async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
+        self.state.unregister_node(request.node_id, request.reason or "node left the cluster")
+        return pb.Empty()
+
+    async def GetNodes(self, request: pb.GetNodesRequest, context: grpc.aio.ServicerContext):
+        nodes = self.state.nodes.values() if request.include_dead else self.state.live_nodes()
+        return pb.GetNodesReply(nodes=[node_info(n) for n in nodes])
+
+    # -- KV -----------------------------------------------------------------------------
+    async def KVPut(self, request: pb.KVRequest, context: grpc.aio.ServicerContext):
+        added = self.state.kv_put(request.ns, request.key, request.value, request.overwrite)
+        if added or request.overwrite:
+            self.store.kv_put(request.ns, request.key, request.value)
+        return pb.KVReply(added=added)
+
+    async def KVGet(self, request: pb.KVRequest, context: grpc.aio.ServicerContext):
+        value = self.state.kv_get(request.ns, request.key)
+        if value is None:
+            return pb.KVReply(found=False)
+        return pb.KVReply(found=True, value=value)
+
+    async def KVDel(self, request: pb.KVRequest, context: grpc.aio.ServicerContext):
+        prefix = bool(request.prefix)
+        doomed = self.state.kv_del(request.ns, request.prefix if prefix else request.key, prefix)
+        self.store.kv_del(request.ns, doomed)
+        return pb.KVReply(deleted=len(doomed))
+
+    async def KVKeys(self, request: pb.KVRequest, context: grpc.aio.ServicerContext):
+        return pb.KVReply(keys=self.state.kv_keys(request.ns, request.prefix))
+
+    # -- functions ----------------------------------------------------------------------
+    async def ExportFunction(self, request: pb.ExportFunctionRequest, context: grpc.aio.ServicerContext):
+        if self.state.export_function(request.function_id, request.name, request.payload):
+            self.store.put_function(request.function_id, request.name, request.payload)
+        return pb.Empty()
+
+    async def GetFunction(self, request: pb.GetFunctionRequest, context: grpc.aio.ServicerContext):
+        entry = self.state.functions.get(request.function_id)
+        if entry is None:
+            return pb.GetFunctionReply(found=False)
+        return pb.GetFunctionReply(found=True, name=entry[0], payload=entry[1])
+
+    # -- jobs ---------------------------------------------------------------------------
+    async def RegisterJob(self, request: pb.RegisterJobRequest, context: grpc.aio.ServicerContext):
+        job = _job_record(request.job)
+        job.start_time = self.clock()
+        job.alive = True
+        self.state.register_job(job)
+        self.store.put_job(job)
+        return pb.RegisterJobReply(job_id=job.job_id)
+
+    async def FinishJob(self, request: pb.JobRef, context: grpc.aio.ServicerContext):
+        job = self.state.finish_job(request.job_id, self.clock())
+        if job is not None:
+            self.store.put_job(job)
+        return pb.Empty()
+
+    async def GetJobs(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        return pb.GetJobsReply(jobs=[_job_info(j) for j in self.state.jobs.values()])
+
+    # -- task events --------------------------------------------------------------------
+    async def ReportTaskEvents(self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext):
+        self.state.add_task_events(request.events)
+        return pb.Empty()
+
+    async def GetTaskEvents(self, request: pb.GetTaskEventsRequest, context: grpc.aio.ServicerContext):
+        events = list(self.state.task_events)
+        if request.job_id:
+            events = [e for e in events if e.job_id == request.job_id]
+        if request.limit > 0:
+            events = events[-request.limit :]
+        return pb.GetTaskEventsReply(events=events, dropped=self.state.dropped_events)
+
+    # -- cluster ------------------------------------------------------------------------
+    async def GetClusterInfo(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        return pb.ClusterInfoReply(
+            session_name=self.session_name,
+            session_dir=self.session_dir,
+            start_time=self.start_time,
+            version=_version(),
+            nodes=[node_info(n) for n in self.state.live_nodes()],
+        )
+
+    async def Shutdown(self, request: pb.ShutdownRequest, context: grpc.aio.ServicerContext):
+        if request.stop_nodes:
+            await self.stop_nodes()
+        asyncio.get_running_loop().call_soon(self.on_shutdown)
+        return pb.Empty()
+
+    async def stop_nodes(self) -> None:
+        """Ask every live node manager to shut down (best effort, bounded)."""
+
+        async def stop(address: str) -> None:
+            channel = make_channel(address, self.token)
+            try:
+                stub = AuthedStub(pb_grpc.NodeManagerStub(channel), self.token)
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await stub.Shutdown(pb.Empty(), timeout=5)
+            finally:
+                await channel.close()
+
+        await asyncio.gather(*(stop(n.address) for n in self.state.live_nodes()))
+
+
+def _version() -> str:
+    from nbcluster import __version__
+
+    return __version__

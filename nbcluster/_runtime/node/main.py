@@ -1,0 +1,161 @@
+"""Node manager entry point: ``python -m nbcluster._runtime.node.main``.
+
+Publishes ``<session>/nodes/<node-id>.json`` once it has registered with the head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from nbcluster._runtime import proc
+from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses
+from nbcluster._runtime.node.state import NodeState
+from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects.state import StoreState
+from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb, pb_grpc
+from nbcluster.config import Config
+
+log = logging.getLogger("nbcluster.node")
+
+
+def detect_resources(args: argparse.Namespace) -> dict[str, float]:
+    """CPU/GPU/memory/custom resources of this node (explicit flags win)."""
+    num_cpus = args.num_cpus if args.num_cpus is not None else (len(os.sched_getaffinity(0)) or 1)
+    res: dict[str, float] = {"CPU": float(num_cpus)}
+    gpus = args.num_gpus
+    if gpus is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = len([g for g in visible.split(",") if g.strip()]) if visible else 0
+    if gpus:
+        res["GPU"] = float(gpus)
+    try:
+        import psutil
+
+        res["memory"] = float(psutil.virtual_memory().total * 0.7)
+    except ImportError:  # pragma: no cover
+        pass
+    res.update({k: float(v) for k, v in json.loads(args.resources or "{}").items()})
+    return res
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = Config.from_env()
+    session_dir = Path(args.session_dir)
+    token = proc.read_token(args.token_file)
+    node_id = bytes.fromhex(args.node_id) if args.node_id else proc.new_id()
+    name = args.node_name or socket.gethostname()
+    proc.setup_logging(config.log_level, session_dir / "logs" / f"node-{node_id.hex()[:8]}.log", "node")
+    if not is_loopback(args.host) and not args.allow_external:
+        raise SystemExit(f"refusing to listen on {args.host}: pass --allow-external")
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    head_address = args.head_address or proc.wait_for_file(
+        session_dir / proc.HEAD_ADDRESS_FILE, timeout=30
+    ).strip()
+
+    resources = detect_resources(args)
+    capacity = args.object_store_memory or config.object_store_memory or objstore.default_store_capacity(
+        config.store_base_dir
+    )
+    store_dir, file_backed = objstore.prepare_store_dir(
+        session_dir.name, node_id.hex(), capacity, base_dir=config.store_base_dir,
+        fallback_dir=str(session_dir / "store"),
+    )
+    spill_dir = config.spill_dir or str(session_dir / "spill" / node_id.hex())
+    os.makedirs(spill_dir, exist_ok=True)
+
+    server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
+    port = bind(server, args.host, args.port)
+    address = f"{args.host}:{port}"
+    prestart = config.worker_prestart if config.worker_prestart is not None else int(resources["CPU"])
+    state = NodeState(node_id, address, resources, prestart=prestart)
+    service = NodeService(
+        state,
+        StoreState(capacity, spilling_enabled=config.spilling_enabled),
+        store_dir=store_dir,
+        spill_dir=spill_dir,
+        file_backed=file_backed,
+        head_address=head_address,
+        session_dir=str(session_dir),
+        on_shutdown=stop.set,
+    )
+    service.workers = WorkerProcesses(
+        node_address=lambda: address,
+        token_file=args.token_file,
+        session_dir=session_dir,
+        on_exit=service.worker_exited,
+        env={**os.environ, **config.to_env()},
+    )
+    pb_grpc.add_NodeManagerServicer_to_server(service, server)
+    await server.start()
+    service.apply(state.start())  # warm workers start while we register
+
+    info = pb.NodeInfo(
+        node_id=node_id,
+        node_name=name,
+        address=address,
+        hostname=socket.gethostname(),
+        store_dir=store_dir,
+        total=resources,
+        available=resources,
+        store_capacity=capacity,
+        pid=os.getpid(),
+        start_time=time.time(),
+    )
+    link = HeadLink(service, token, info, config.heartbeat_interval_s)
+    await link.register()
+    nodes_dir = session_dir / "nodes"
+    nodes_dir.mkdir(exist_ok=True)
+    node_file = nodes_dir / f"{node_id.hex()}.json"
+    proc.write_atomic(
+        node_file,
+        json.dumps({"node_id": node_id.hex(), "address": address, "pid": os.getpid(), "name": name,
+                    "store_dir": store_dir}),
+    )
+    proc.install_signal_handlers(loop, stop.set)
+    if args.parent_fd >= 0:
+        proc.watch_parent(loop, args.parent_fd, stop.set)
+    heartbeat = asyncio.create_task(link.run())
+    log.info("node %s serving on %s with %s", node_id.hex()[:8], address, resources)
+    await stop.wait()
+    heartbeat.cancel()
+    await service.workers.stop_all()
+    await link.unregister()
+    await server.stop(grace=0.2)
+    shutil.rmtree(store_dir, ignore_errors=True)
+    shutil.rmtree(spill_dir, ignore_errors=True)
+    node_file.unlink(missing_ok=True)
+    log.info("node stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments and run the node manager until it is stopped."""
+    p = argparse.ArgumentParser(prog="nbcluster-node")
+    p.add_argument("--session-dir", required=True)
+    p.add_argument("--token-file", required=True)
+    p.add_argument("--head-address", default="")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--node-id", default="")
+    p.add_argument("--node-name", default="")
+    p.add_argument("--num-cpus", type=float, default=None)
+    p.add_argument("--num-gpus", type=float, default=None)
+    p.add_argument("--resources", default="")
+    p.add_argument("--object-store-memory", type=int, default=0)
+    p.add_argument("--parent-fd", type=int, default=-1)
+    p.add_argument("--allow-external", action="store_true")
+    args = p.parse_args(argv)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""gRPC shell around :class:`NodeState` and the node's object store.
+
+It carries out the state machine's instructions: it answers held lease requests, starts
+and ends worker processes, and keeps the head informed through heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from nbcluster._runtime.node.state import Grant, Instruction, KillWorker, NodeState, Redirect, StartWorker
+from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects.state import StoreState
+from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel, pb, pb_grpc
+from nbcluster._runtime.scheduling.policy import NodeView
+
+log = logging.getLogger(__name__)
+
+_STATUS = {
+    "SPILLBACK": pb.LeaseReply.SPILLBACK,
+    "INFEASIBLE": pb.LeaseReply.INFEASIBLE,
+    "CANCELLED": pb.LeaseReply.CANCELLED,
+}
+
+
+class WorkerProcesses:
+    """Starts worker processes and reports their exits."""
+
+    def __init__(
+        self,
+        *,
+        node_address: Callable[[], str],
+        token_file: str,
+        session_dir: Path,
+        on_exit: Callable[[bytes, int], None],
+        env: dict[str, str],
+    ) -> None:
+        self.node_address = node_address
+        self.token_file = token_file
+        self.session_dir = session_dir
+        self.on_exit = on_exit
+        self.env = env
+        self.procs: dict[bytes, asyncio.subprocess.Process] = {}
+        self.exit_info: dict[bytes, tuple[int, str]] = {}
+        # Children watch this pipe: EOF means the node manager is gone.
+        self._death_r, self._death_w = os.pipe()
+        os.set_inheritable(self._death_r, True)
+
+    async def start(self, worker_id: bytes) -> None:
+        env = dict(self.env)
+        env["NBCLUSTER_WORKER_ID"] = worker_id.hex()
+        env["NBCLUSTER_NODE_ADDRESS"] = self.node_address()
+        env["NBCLUSTER_TOKEN_FILE"] = self.token_file
+        env["NBCLUSTER_SESSION_DIR"] = str(self.session_dir)
+        env["NBCLUSTER_PARENT_FD"] = str(self._death_r)
+        log_path = self.session_dir / "logs" / f"worker-{worker_id.hex()[:8]}.log"
+        with open(log_path, "ab") as logf:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "nbcluster._runtime.worker.main",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=logf,
+                stderr=logf,
+                env=env,
+                pass_fds=(self._death_r,),
+            )
+        self.procs[worker_id] = proc
+        asyncio.get_running_loop().create_task(self._watch(worker_id, proc))
+
+    async def _watch(self, worker_id: bytes, proc: asyncio.subprocess.Process) -> None:
+        code = await proc.wait()
+        self.procs.pop(worker_id, None)
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = f"worker process (pid {proc.pid}) was killed by {name}"
+        else:
+            detail = f"worker process (pid {proc.pid}) exited with code {code}"
+        self.exit_info[worker_id] = (code, detail)
+        self.on_exit(worker_id, code)
+
+    def kill(self, worker_id: bytes, force: bool = True) -> None:
+        proc = self.procs.get(worker_id)
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+
+    def pid(self, worker_id: bytes) -> int:
+        proc = self.procs.get(worker_id)
+        return proc.pid if proc is not None else 0
+
+    async def stop_all(self, grace: float = 1.0) -> None:
+        """End every worker: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        procs = list(self.procs.values())
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.terminate()
+        if procs:
+            _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in procs], timeout=grace)
+            for p in procs:
+                if p.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=grace)
+        os.close(self._death_w)
+
+
+class NodeService(pb_grpc.NodeManagerServicer):
+    """The NodeManager gRPC service of one node."""
+
+    def __init__(
+        self,
+        state: NodeState,
+        store_state: StoreState,
+        *,
+        store_dir: str,
+        spill_dir: str,
+        file_backed: bool,
+        head_address: str,
+        session_dir: str,
+        on_shutdown: Callable[[], None],
+    ) -> None:
+        self.state = state
+        self.store = store_state
+        self.store_dir = store_dir
+        self.spill_dir = spill_dir
+        self.file_backed = file_backed
+        self.head_address = head_address
+        self.session_dir = session_dir
+        self.on_shutdown = on_shutdown
+        self.waiters: dict[bytes, asyncio.Future[pb.LeaseReply]] = {}
+        self.workers: WorkerProcesses | None = None
+        self.restored_bytes = 0
+
+    # -- carrying out instructions -----------------------------------------------------------
+    def apply(self, instructions: list[Instruction]) -> None:
+        loop = asyncio.get_running_loop()
+        for ins in instructions:
+            if isinstance(ins, Grant):
+                fut = self.waiters.pop(ins.request_id, None)
+                reply = pb.LeaseReply(
+                    status=pb.LeaseReply.GRANTED,
+                    lease_id=ins.lease.lease_id,
+                    worker_id=ins.worker.worker_id,
+                    worker_address=ins.worker.address,
+                    worker_pid=ins.worker.pid,
+                    gpu_ids=ins.lease.gpu_ids,
+                    node_id=self.state.node_id,
+                )
+                if fut is None or fut.done():
+                    # The requester left; hand the worker back.
+                    self.apply(self.state.return_lease(ins.lease.lease_id))
+                else:
+                    fut.set_result(reply)
+            elif isinstance(ins, Redirect):
+                fut = self.waiters.pop(ins.request_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(
+                        pb.LeaseReply(status=_STATUS[ins.status], spill_address=ins.address, message=ins.message)
+                    )
+            elif isinstance(ins, StartWorker):
+                assert self.workers is not None
+                loop.create_task(self._start_worker(ins.worker_id))
+            elif isinstance(ins, KillWorker):
+                assert self.workers is not None
+                self.workers.kill(ins.worker_id)
+
+    async def _start_worker(self, worker_id: bytes) -> None:
+        assert self.workers is not None
+        try:
+            await self.workers.start(worker_id)
+        except OSError:
+            log.exception("could not start a worker")
+            self.apply(self.state.worker_exited(worker_id))
+
+    def worker_exited(self, worker_id: bytes, code: int) -> None:
+        if code != 0:
+            log.info("worker %s exited with %d", worker_id.hex()[:8], code)
+        self.apply(self.state.worker_exited(worker_id))
+
+    # -- leases ------------------------------------------------------------------------------
+    async def RequestWorkerLease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext):
+        rid = request.request_id or os.urandom(16)
+        fut: asyncio.Future[pb.LeaseReply] = asyncio.get_running_loop().create_future()
+        self.waiters[rid] = fut
+        self.apply(
+            self.state.request_lease(
+                rid,
+                dict(request.resources),
+                request.owner_address,
+                request.job_id,
+                strategy=request.strategy or "DEFAULT",
+                allow_spill=not request.no_spillback,
+            )
+        )
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self.waiters.pop(rid, None)
+            self.apply(self.state.cancel_request(rid))
+            raise
+
+    async def CancelWorkerLease(self, request: pb.CancelLeaseRequest, context: grpc.aio.ServicerContext):
+        self.apply(self.state.cancel_request(request.request_id))
+        return pb.Empty()
+
+    async def ReturnWorkerLease(self, request: pb.ReturnLeaseRequest, context: grpc.aio.ServicerContext):
+        self.apply(self.state.return_lease(request.lease_id, request.worker_failed))
+        return pb.Empty()
+
+    async def RegisterWorker(self, request: pb.WorkerRegisterRequest, context: grpc.aio.ServicerContext):
+        self.apply(self.state.worker_registered(request.worker_id, request.pid, request.address))
+        return pb.WorkerRegisterReply(
+            node_id=self.state.node_id,
+            head_address=self.head_address,
+            store_dir=self.store_dir,
+            session_dir=self.session_dir,
+        )
+
+    async def NotifyBlocked(self, request: pb.BlockedRequest, context: grpc.aio.ServicerContext):
+        self.apply(self.state.set_blocked(request.worker_id, request.blocked))
+        return pb.Empty()
+
+    # -- objects -----------------------------------------------------------------------------
+    async def CreateObject(self, request: pb.CreateObjectRequest, context: grpc.aio.ServicerContext):
+        decision = self.store.create(request.object_id, request.size, request.owner_address)
+        if not decision.ok:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}")
+        for oid in decision.spill:
+            objstore.spill_object(self.store_dir, self.spill_dir, oid)
+            self.store.mark_spilled(oid)
+        return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
+
+    async def SealObject(self, request: pb.SealObjectRequest, context: grpc.aio.ServicerContext):
+        self.store.seal(request.object_id)
+        return pb.Empty()
+
+    async def FreeObjects(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
+        for oid, where in self.store.free(list(request.object_ids)):
+            objstore.delete_object(self.spill_dir if where == "spilled" else self.store_dir, oid)
+        return pb.Empty()
+
+    async def GetObjectInfo(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
+        if not request.object_ids:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "object_ids is empty")
+        oid = request.object_ids[0]
+        access = self.store.access(oid)
+        if access is None:
+            return pb.ObjectInfoReply(found=False)
+        if access.restore:
+            for victim in access.spill:
+                objstore.spill_object(self.store_dir, self.spill_dir, victim)
+                self.store.mark_spilled(victim)
+            self.restored_bytes += objstore.restore_object(self.spill_dir, self.store_dir, oid)
+            self.store.mark_restored(oid)
+        return pb.ObjectInfoReply(found=True, path=objstore.object_path(self.store_dir, oid), size=access.size)
+
+    async def GetStoreStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        return self.store_stats()
+
+    def store_stats(self) -> pb.StoreStatsReply:
+        s = self.store.stats()
+        return pb.StoreStatsReply(
+            capacity=s.capacity,
+            used=s.used,
+            num_objects=s.num_objects,
+            spilled_bytes=s.spilled_bytes,
+            num_spilled=s.num_spilled,
+            restored_bytes=s.restored_bytes,
+            evicted_bytes=s.evicted_bytes,
+            file_backed=self.file_backed,
+        )
+
+    # -- workers -----------------------------------------------------------------------------
+    async def GetWorkerExitInfo(self, request: pb.WorkerRef, context: grpc.aio.ServicerContext):
+        assert self.workers is not None
+        deadline = time.monotonic() + 2.0
+        while True:
+            info = self.workers.exit_info.get(request.worker_id)
+            if info is not None:
+                code, detail = info
+                return pb.WorkerExitInfo(
+                    found=True,
+                    exited=True,
+                    exit_code=max(code, 0),
+                    signal=-code if code < 0 else 0,
+                    detail=detail,
+                )
+            if request.worker_id not in self.workers.procs or time.monotonic() > deadline:
+                return pb.WorkerExitInfo(found=request.worker_id in self.workers.procs)
+            await asyncio.sleep(0.02)
+
+    async def KillWorker(self, request: pb.WorkerRef, context: grpc.aio.ServicerContext):
+        assert self.workers is not None
+        self.workers.kill(request.worker_id, force=request.force)
+        return pb.Empty()
+
+    async def GetNodeStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        st = self.state
+        return pb.NodeStatsReply(
+            node=pb.NodeInfo(node_id=st.node_id, address=st.address, total=st.total, available=st.available),
+            idle_workers=len(st.idle),
+            leased_workers=len(st.leases),
+            pending_leases=len(st.pending),
+            store=self.store_stats(),
+        )
+
+    async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        asyncio.get_running_loop().call_soon(self.on_shutdown)
+        return pb.Empty()
+
+
+class HeadLink:
+    """Registration and heartbeats to the head; feeds the cluster view back to the state."""
+
+    def __init__(self, service: NodeService, token: str, info: pb.NodeInfo, interval: float) -> None:
+        self.service = service
+        self.token = token
+        self.info = info
+        self.interval = interval
+        self.channel = make_channel(service.head_address, token)
+        self.stub = AuthedStub(pb_grpc.HeadStub(self.channel), token)
+
+    async def register(self) -> None:
+        await self.stub.RegisterNode(pb.RegisterNodeRequest(node=self.info), timeout=10)
+
+    async def run(self) -> None:
+        st = self.service.state
+        while True:
+            await asyncio.sleep(self.interval)
+            stats = self.service.store.stats()
+            try:
+                reply = await self.stub.Heartbeat(
+                    pb.HeartbeatRequest(
+                        node_id=st.node_id,
+                        available=st.available,
+                        store_used=stats.used,
+                        store_spilled=stats.spilled_bytes,
+                        num_workers=len(st.workers),
+                        pending_leases=len(st.pending),
+                    ),
+                    timeout=max(self.interval * 4, 2.0),
+                )
+            except RpcError as err:
+                log.warning("heartbeat to head failed: %s", err.code().name)
+                continue
+            if reply.reregister:
+                log.warning("head asked this node to re-register")
+                with contextlib.suppress(RpcError):
+                    await self.register()
+                continue
+            view = [
+                NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive) for n in reply.nodes
+            ]
+            self.service.apply(st.update_cluster_view(view))
+
+    async def unregister(self) -> None:
+        with contextlib.suppress(RpcError):
+            await self.stub.UnregisterNode(
+                pb.NodeRef(node_id=self.service.state.node_id, reason="node stopped"), timeout=2
+            )
+        await self.channel.close()

@@ -1,0 +1,290 @@
+"""The node manager's logic as a state machine: resources, worker pool and leases.
+
+Events come in as method calls (a lease request, a worker registering or exiting, a lease
+returned, a worker blocking in ``get``); each returns a list of instructions for the
+gRPC shell to carry out (grant a lease, redirect a request, start or kill a worker).
+No sockets, no processes, no clocks: ``tests/unit/test_node_state.py`` drives it directly.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+
+from nbcluster._runtime.scheduling.policy import EPS, Action, NodeView, fits, pick_node
+
+
+class WorkerState(enum.Enum):
+    """Life cycle of one worker process."""
+
+    STARTING = "starting"
+    IDLE = "idle"
+    LEASED = "leased"
+    DEAD = "dead"
+
+
+@dataclasses.dataclass
+class WorkerRecord:
+    """A worker process of this node."""
+
+    worker_id: bytes
+    state: WorkerState = WorkerState.STARTING
+    pid: int = 0
+    address: str = ""
+    lease_id: bytes | None = None
+    blocked: bool = False
+
+
+@dataclasses.dataclass
+class Lease:
+    """A worker granted to one owner for tasks of one resource shape."""
+
+    lease_id: bytes
+    worker_id: bytes
+    resources: dict[str, float]
+    gpu_ids: list[int]
+    owner: str
+    job_id: bytes
+
+
+@dataclasses.dataclass
+class PendingLease:
+    """A lease request waiting for resources or a worker."""
+
+    request_id: bytes
+    resources: dict[str, float]
+    owner: str
+    job_id: bytes
+    lease_id: bytes
+
+
+# -- instructions -------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """Answer ``request_id``: the worker is yours."""
+
+    request_id: bytes
+    lease: Lease
+    worker: WorkerRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Redirect:
+    """Answer ``request_id`` with SPILLBACK (to ``address``), INFEASIBLE or CANCELLED."""
+
+    request_id: bytes
+    status: str
+    address: str = ""
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StartWorker:
+    """Start a worker process with this id."""
+
+    worker_id: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class KillWorker:
+    """End this worker process."""
+
+    worker_id: bytes
+    reason: str
+
+
+Instruction = Grant | Redirect | StartWorker | KillWorker
+
+
+class NodeState:
+    """Resources, worker pool and leases of one node."""
+
+    def __init__(
+        self,
+        node_id: bytes,
+        address: str,
+        total: Mapping[str, float],
+        *,
+        prestart: int,
+        max_starting: int = 4,
+        new_id: collections.abc.Callable[[], bytes] | None = None,
+    ) -> None:
+        import secrets
+
+        self.node_id = node_id
+        self.address = address
+        self.total = {k: float(v) for k, v in total.items() if v > 0}
+        self.available = dict(self.total)
+        self.gpu_free = list(range(int(self.total.get("GPU", 0))))
+        self.prestart = prestart
+        self.max_starting = max_starting
+        self.new_id = new_id or (lambda: secrets.token_bytes(16))
+        self.workers: dict[bytes, WorkerRecord] = {}
+        self.idle: collections.deque[bytes] = collections.deque()
+        self.leases: dict[bytes, Lease] = {}
+        self.pending: dict[bytes, PendingLease] = {}
+        self.others: list[NodeView] = []
+
+    # -- views ------------------------------------------------------------------------------
+    def view(self) -> NodeView:
+        """This node as the scheduler sees it."""
+        return NodeView(self.node_id, self.address, self.total, self.available)
+
+    def update_cluster_view(self, nodes: Sequence[NodeView]) -> list[Instruction]:
+        """New view of the other nodes (from the head's heartbeat reply)."""
+        self.others = [n for n in nodes if n.node_id != self.node_id]
+        return self._dispatch()
+
+    def starting_count(self) -> int:
+        return sum(1 for w in self.workers.values() if w.state is WorkerState.STARTING)
+
+    # -- events -----------------------------------------------------------------------------
+    def start(self) -> list[Instruction]:
+        """Fill the pool with ``prestart`` warm workers."""
+        return [self._new_worker() for _ in range(self.prestart)]
+
+    def request_lease(
+        self,
+        request_id: bytes,
+        resources: Mapping[str, float],
+        owner: str,
+        job_id: bytes,
+        *,
+        strategy: str = "DEFAULT",
+        allow_spill: bool = True,
+    ) -> list[Instruction]:
+        """A client asks for a worker with ``resources``."""
+        request = {k: float(v) for k, v in resources.items() if v > 0}
+        decision = pick_node(request, self.view(), self.others, strategy, allow_spill)
+        if decision.action is Action.INFEASIBLE:
+            return [Redirect(request_id, "INFEASIBLE", message=decision.reason)]
+        if decision.action is Action.SPILL:
+            assert decision.node is not None
+            return [Redirect(request_id, "SPILLBACK", decision.node.address, decision.reason)]
+        self.pending[request_id] = PendingLease(request_id, request, owner, job_id, self.new_id())
+        return self._dispatch()
+
+    def cancel_request(self, request_id: bytes) -> list[Instruction]:
+        """The client gave up on a pending request."""
+        if self.pending.pop(request_id, None) is None:
+            return []
+        return [Redirect(request_id, "CANCELLED")]
+
+    def worker_registered(self, worker_id: bytes, pid: int, address: str) -> list[Instruction]:
+        """A started worker is ready to take tasks."""
+        w = self.workers.get(worker_id)
+        if w is None or w.state is not WorkerState.STARTING:
+            return [KillWorker(worker_id, "unknown worker registered")]
+        w.state, w.pid, w.address = WorkerState.IDLE, pid, address
+        self.idle.append(worker_id)
+        return self._dispatch()
+
+    def worker_exited(self, worker_id: bytes) -> list[Instruction]:
+        """A worker process ended (crash, kill, or max_calls)."""
+        w = self.workers.pop(worker_id, None)
+        if w is None:
+            return []
+        if w.state is WorkerState.IDLE:
+            self.idle.remove(worker_id)
+        if w.lease_id is not None:
+            self._release(w.lease_id)
+        w.state = WorkerState.DEAD
+        out: list[Instruction] = []
+        if self._pool_size() < self.prestart:
+            out.append(self._new_worker())
+        return out + self._dispatch()
+
+    def return_lease(self, lease_id: bytes, worker_failed: bool = False) -> list[Instruction]:
+        """The owner is done with a lease; the worker goes back to the pool (or is killed)."""
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            return []
+        self._release(lease_id)
+        w = self.workers.get(lease.worker_id)
+        out: list[Instruction] = []
+        if w is not None:
+            w.lease_id = None
+            w.blocked = False
+            if worker_failed:
+                out.append(KillWorker(w.worker_id, "returned as failed"))
+                w.state = WorkerState.DEAD
+                del self.workers[w.worker_id]
+                if self._pool_size() < self.prestart:
+                    out.append(self._new_worker())
+            else:
+                w.state = WorkerState.IDLE
+                self.idle.append(w.worker_id)
+        return out + self._dispatch()
+
+    def set_blocked(self, worker_id: bytes, blocked: bool) -> list[Instruction]:
+        """A leased worker blocks in ``get`` (its CPUs go back to the pool) or resumes."""
+        w = self.workers.get(worker_id)
+        if w is None or w.lease_id is None or w.blocked == blocked:
+            return []
+        lease = self.leases[w.lease_id]
+        cpus = lease.resources.get("CPU", 0.0)
+        w.blocked = blocked
+        if blocked:
+            self.available["CPU"] = self.available.get("CPU", 0.0) + cpus
+            return self._dispatch()
+        self.available["CPU"] = self.available.get("CPU", 0.0) - cpus  # may oversubscribe
+        return []
+
+    # -- internals ---------------------------------------------------------------------------
+    def _pool_size(self) -> int:
+        return sum(1 for w in self.workers.values() if w.state is not WorkerState.DEAD)
+
+    def _new_worker(self) -> StartWorker:
+        wid = self.new_id()
+        self.workers[wid] = WorkerRecord(wid)
+        return StartWorker(wid)
+
+    def _release(self, lease_id: bytes) -> None:
+        lease = self.leases.pop(lease_id)
+        w = self.workers.get(lease.worker_id)
+        blocked = w is not None and w.blocked
+        for name, amount in lease.resources.items():
+            if name == "CPU" and blocked:
+                continue  # already given back while blocked
+            self.available[name] = self.available.get(name, 0.0) + amount
+        self.gpu_free.extend(lease.gpu_ids)
+        self.gpu_free.sort()
+
+    def _dispatch(self) -> list[Instruction]:
+        """Grant pending requests in arrival order where resources and a worker allow."""
+        out: list[Instruction] = []
+        need_workers = 0
+        reserved: dict[str, float] = {}  # held back for requests that wait for a worker
+        for req in list(self.pending.values()):
+            room = {k: v - reserved.get(k, 0.0) for k, v in self.available.items()}
+            if not fits(req.resources, room):
+                # Could another node take it now? Redirect rather than wait here.
+                if self.others:
+                    decision = pick_node(req.resources, self.view(), self.others)
+                    if decision.action is Action.SPILL and decision.node is not None:
+                        del self.pending[req.request_id]
+                        out.append(Redirect(req.request_id, "SPILLBACK", decision.node.address, decision.reason))
+                continue
+            if not self.idle:
+                need_workers += 1
+                for name, amount in req.resources.items():
+                    reserved[name] = reserved.get(name, 0.0) + amount
+                continue
+            wid = self.idle.popleft()
+            w = self.workers[wid]
+            n_gpus = int(req.resources.get("GPU", 0) + 1 - EPS) if req.resources.get("GPU", 0) > 0 else 0
+            gpu_ids, self.gpu_free = self.gpu_free[:n_gpus], self.gpu_free[n_gpus:]
+            for name, amount in req.resources.items():
+                self.available[name] = self.available.get(name, 0.0) - amount
+            lease = Lease(req.lease_id, wid, req.resources, gpu_ids, req.owner, req.job_id)
+            self.leases[lease.lease_id] = lease
+            w.state, w.lease_id = WorkerState.LEASED, lease.lease_id
+            del self.pending[req.request_id]
+            out.append(Grant(req.request_id, lease, w))
+        starting = self.starting_count()
+        while need_workers > starting and starting < self.max_starting:
+            out.append(self._new_worker())
+            starting += 1
+        return out

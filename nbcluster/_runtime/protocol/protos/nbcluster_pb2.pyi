@@ -1,0 +1,632 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("node_id", "node_name", "address", "hostname", "store_dir", "total", "available", "alive", "start_time", "store_capacity", "store_used", "num_workers", "pid", "death_reason", "last_heartbeat", "store_spilled")
+    class TotalEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class AvailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    STORE_DIR_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    STORE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    STORE_USED_FIELD_NUMBER: _ClassVar[int]
+    NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    DEATH_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    STORE_SPILLED_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    node_name: str
+    address: str
+    hostname: str
+    store_dir: str
+    total: _containers.ScalarMap[str, float]
+    available: _containers.ScalarMap[str, float]
+    alive: bool
+    start_time: float
+    store_capacity: int
+    store_used: int
+    num_workers: int
+    pid: int
+    death_reason: str
+    last_heartbeat: float
+    store_spilled: int
+    def __init__(self, node_id: _Optional[bytes] = ..., node_name: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., store_dir: _Optional[str] = ..., total: _Optional[_Mapping[str, float]] = ..., available: _Optional[_Mapping[str, float]] = ..., alive: _Optional[bool] = ..., start_time: _Optional[float] = ..., store_capacity: _Optional[int] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., pid: _Optional[int] = ..., death_reason: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., store_spilled: _Optional[int] = ...) -> None: ...
+
+class RegisterNodeRequest(_message.Message):
+    __slots__ = ("node",)
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    node: NodeInfo
+    def __init__(self, node: _Optional[_Union[NodeInfo, _Mapping]] = ...) -> None: ...
+
+class RegisterNodeReply(_message.Message):
+    __slots__ = ("session_name",)
+    SESSION_NAME_FIELD_NUMBER: _ClassVar[int]
+    session_name: str
+    def __init__(self, session_name: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("node_id", "available", "store_used", "num_workers", "store_spilled", "pending_leases")
+    class AvailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    STORE_USED_FIELD_NUMBER: _ClassVar[int]
+    NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    STORE_SPILLED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    available: _containers.ScalarMap[str, float]
+    store_used: int
+    num_workers: int
+    store_spilled: int
+    pending_leases: int
+    def __init__(self, node_id: _Optional[bytes] = ..., available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("reregister", "nodes")
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    reregister: bool
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, reregister: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class NodeRef(_message.Message):
+    __slots__ = ("node_id", "reason")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    reason: str
+    def __init__(self, node_id: _Optional[bytes] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GetNodesRequest(_message.Message):
+    __slots__ = ("include_dead",)
+    INCLUDE_DEAD_FIELD_NUMBER: _ClassVar[int]
+    include_dead: bool
+    def __init__(self, include_dead: _Optional[bool] = ...) -> None: ...
+
+class GetNodesReply(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class KVRequest(_message.Message):
+    __slots__ = ("ns", "key", "value", "overwrite", "prefix")
+    NS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    ns: str
+    key: bytes
+    value: bytes
+    overwrite: bool
+    prefix: bytes
+    def __init__(self, ns: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., overwrite: _Optional[bool] = ..., prefix: _Optional[bytes] = ...) -> None: ...
+
+class KVReply(_message.Message):
+    __slots__ = ("found", "value", "added", "keys", "deleted")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    added: bool
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    deleted: int
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ..., added: _Optional[bool] = ..., keys: _Optional[_Iterable[bytes]] = ..., deleted: _Optional[int] = ...) -> None: ...
+
+class ExportFunctionRequest(_message.Message):
+    __slots__ = ("function_id", "payload", "name", "job_id")
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    function_id: bytes
+    payload: bytes
+    name: str
+    job_id: bytes
+    def __init__(self, function_id: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., name: _Optional[str] = ..., job_id: _Optional[bytes] = ...) -> None: ...
+
+class GetFunctionRequest(_message.Message):
+    __slots__ = ("function_id",)
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    function_id: bytes
+    def __init__(self, function_id: _Optional[bytes] = ...) -> None: ...
+
+class GetFunctionReply(_message.Message):
+    __slots__ = ("found", "payload", "name")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    payload: bytes
+    name: str
+    def __init__(self, found: _Optional[bool] = ..., payload: _Optional[bytes] = ..., name: _Optional[str] = ...) -> None: ...
+
+class JobInfo(_message.Message):
+    __slots__ = ("job_id", "driver_address", "driver_pid", "namespace", "entrypoint", "start_time", "end_time", "alive", "driver_hostname")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_PID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    driver_address: str
+    driver_pid: int
+    namespace: str
+    entrypoint: str
+    start_time: float
+    end_time: float
+    alive: bool
+    driver_hostname: str
+    def __init__(self, job_id: _Optional[bytes] = ..., driver_address: _Optional[str] = ..., driver_pid: _Optional[int] = ..., namespace: _Optional[str] = ..., entrypoint: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., alive: _Optional[bool] = ..., driver_hostname: _Optional[str] = ...) -> None: ...
+
+class RegisterJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobInfo
+    def __init__(self, job: _Optional[_Union[JobInfo, _Mapping]] = ...) -> None: ...
+
+class RegisterJobReply(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    def __init__(self, job_id: _Optional[bytes] = ...) -> None: ...
+
+class JobRef(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    def __init__(self, job_id: _Optional[bytes] = ...) -> None: ...
+
+class GetJobsReply(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobInfo]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobInfo, _Mapping]]] = ...) -> None: ...
+
+class TaskEvent(_message.Message):
+    __slots__ = ("task_id", "job_id", "name", "node_id", "worker_id", "worker_pid", "state", "start_time", "end_time", "parent_task_id", "attempt")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    job_id: bytes
+    name: str
+    node_id: bytes
+    worker_id: bytes
+    worker_pid: int
+    state: str
+    start_time: float
+    end_time: float
+    parent_task_id: bytes
+    attempt: int
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., parent_task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class TaskEventsRequest(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TaskEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ...) -> None: ...
+
+class GetTaskEventsRequest(_message.Message):
+    __slots__ = ("job_id", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: bytes
+    limit: int
+    def __init__(self, job_id: _Optional[bytes] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetTaskEventsReply(_message.Message):
+    __slots__ = ("events", "dropped")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TaskEvent]
+    dropped: int
+    def __init__(self, events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class ClusterInfoReply(_message.Message):
+    __slots__ = ("session_name", "session_dir", "start_time", "version", "nodes")
+    SESSION_NAME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    session_name: str
+    session_dir: str
+    start_time: float
+    version: str
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, session_name: _Optional[str] = ..., session_dir: _Optional[str] = ..., start_time: _Optional[float] = ..., version: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class ShutdownRequest(_message.Message):
+    __slots__ = ("stop_nodes",)
+    STOP_NODES_FIELD_NUMBER: _ClassVar[int]
+    stop_nodes: bool
+    def __init__(self, stop_nodes: _Optional[bool] = ...) -> None: ...
+
+class LeaseRequest(_message.Message):
+    __slots__ = ("resources", "owner_address", "job_id", "no_spillback", "request_id", "strategy")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NO_SPILLBACK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.ScalarMap[str, float]
+    owner_address: str
+    job_id: bytes
+    no_spillback: bool
+    request_id: bytes
+    strategy: str
+    def __init__(self, resources: _Optional[_Mapping[str, float]] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., no_spillback: _Optional[bool] = ..., request_id: _Optional[bytes] = ..., strategy: _Optional[str] = ...) -> None: ...
+
+class LeaseReply(_message.Message):
+    __slots__ = ("status", "lease_id", "worker_id", "worker_address", "worker_pid", "gpu_ids", "spill_address", "message", "node_id")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        GRANTED: _ClassVar[LeaseReply.Status]
+        SPILLBACK: _ClassVar[LeaseReply.Status]
+        INFEASIBLE: _ClassVar[LeaseReply.Status]
+        CANCELLED: _ClassVar[LeaseReply.Status]
+    GRANTED: LeaseReply.Status
+    SPILLBACK: LeaseReply.Status
+    INFEASIBLE: LeaseReply.Status
+    CANCELLED: LeaseReply.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    GPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    SPILL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    status: LeaseReply.Status
+    lease_id: bytes
+    worker_id: bytes
+    worker_address: str
+    worker_pid: int
+    gpu_ids: _containers.RepeatedScalarFieldContainer[int]
+    spill_address: str
+    message: str
+    node_id: bytes
+    def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., worker_pid: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., spill_address: _Optional[str] = ..., message: _Optional[str] = ..., node_id: _Optional[bytes] = ...) -> None: ...
+
+class ReturnLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "worker_failed")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FAILED_FIELD_NUMBER: _ClassVar[int]
+    lease_id: bytes
+    worker_failed: bool
+    def __init__(self, lease_id: _Optional[bytes] = ..., worker_failed: _Optional[bool] = ...) -> None: ...
+
+class CancelLeaseRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: bytes
+    def __init__(self, request_id: _Optional[bytes] = ...) -> None: ...
+
+class WorkerRegisterRequest(_message.Message):
+    __slots__ = ("worker_id", "pid", "address")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: bytes
+    pid: int
+    address: str
+    def __init__(self, worker_id: _Optional[bytes] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class WorkerRegisterReply(_message.Message):
+    __slots__ = ("node_id", "head_address", "store_dir", "session_dir")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HEAD_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STORE_DIR_FIELD_NUMBER: _ClassVar[int]
+    SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    head_address: str
+    store_dir: str
+    session_dir: str
+    def __init__(self, node_id: _Optional[bytes] = ..., head_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
+
+class BlockedRequest(_message.Message):
+    __slots__ = ("worker_id", "blocked")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    worker_id: bytes
+    blocked: bool
+    def __init__(self, worker_id: _Optional[bytes] = ..., blocked: _Optional[bool] = ...) -> None: ...
+
+class CreateObjectRequest(_message.Message):
+    __slots__ = ("object_id", "size", "owner_address")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    size: int
+    owner_address: str
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ..., owner_address: _Optional[str] = ...) -> None: ...
+
+class CreateObjectReply(_message.Message):
+    __slots__ = ("path",)
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    def __init__(self, path: _Optional[str] = ...) -> None: ...
+
+class SealObjectRequest(_message.Message):
+    __slots__ = ("object_id", "size")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    size: int
+    def __init__(self, object_id: _Optional[bytes] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ObjectIds(_message.Message):
+    __slots__ = ("object_ids",)
+    OBJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    object_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ObjectInfoReply(_message.Message):
+    __slots__ = ("found", "path", "size")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    path: str
+    size: int
+    def __init__(self, found: _Optional[bool] = ..., path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class StoreStatsReply(_message.Message):
+    __slots__ = ("capacity", "used", "num_objects", "spilled_bytes", "num_spilled", "restored_bytes", "evicted_bytes", "file_backed")
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    NUM_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    SPILLED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_SPILLED_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FILE_BACKED_FIELD_NUMBER: _ClassVar[int]
+    capacity: int
+    used: int
+    num_objects: int
+    spilled_bytes: int
+    num_spilled: int
+    restored_bytes: int
+    evicted_bytes: int
+    file_backed: bool
+    def __init__(self, capacity: _Optional[int] = ..., used: _Optional[int] = ..., num_objects: _Optional[int] = ..., spilled_bytes: _Optional[int] = ..., num_spilled: _Optional[int] = ..., restored_bytes: _Optional[int] = ..., evicted_bytes: _Optional[int] = ..., file_backed: _Optional[bool] = ...) -> None: ...
+
+class WorkerRef(_message.Message):
+    __slots__ = ("worker_id", "force")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    worker_id: bytes
+    force: bool
+    def __init__(self, worker_id: _Optional[bytes] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class WorkerExitInfo(_message.Message):
+    __slots__ = ("found", "exited", "exit_code", "signal", "detail")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    exited: bool
+    exit_code: int
+    signal: int
+    detail: str
+    def __init__(self, found: _Optional[bool] = ..., exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class NodeStatsReply(_message.Message):
+    __slots__ = ("node", "idle_workers", "leased_workers", "pending_leases", "store")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    IDLE_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    node: NodeInfo
+    idle_workers: int
+    leased_workers: int
+    pending_leases: int
+    store: StoreStatsReply
+    def __init__(self, node: _Optional[_Union[NodeInfo, _Mapping]] = ..., idle_workers: _Optional[int] = ..., leased_workers: _Optional[int] = ..., pending_leases: _Optional[int] = ..., store: _Optional[_Union[StoreStatsReply, _Mapping]] = ...) -> None: ...
+
+class ObjectLocation(_message.Message):
+    __slots__ = ("object_id", "data", "in_store", "size", "node_id", "node_address", "owner_address")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    IN_STORE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    data: bytes
+    in_store: bool
+    size: int
+    node_id: bytes
+    node_address: str
+    owner_address: str
+    def __init__(self, object_id: _Optional[bytes] = ..., data: _Optional[bytes] = ..., in_store: _Optional[bool] = ..., size: _Optional[int] = ..., node_id: _Optional[bytes] = ..., node_address: _Optional[str] = ..., owner_address: _Optional[str] = ...) -> None: ...
+
+class TaskSpec(_message.Message):
+    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_ARGS_FIELD_NUMBER: _ClassVar[int]
+    NUM_RETURNS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
+    GPU_IDS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    job_id: bytes
+    function_id: bytes
+    function_name: str
+    args: bytes
+    resolved_args: _containers.RepeatedCompositeFieldContainer[ObjectLocation]
+    num_returns: int
+    owner_address: str
+    attempt: int
+    retry_exceptions: bytes
+    max_calls: int
+    gpu_ids: _containers.RepeatedScalarFieldContainer[int]
+    parent_task_id: bytes
+    lease_id: bytes
+    namespace: str
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class TaskReply(_message.Message):
+    __slots__ = ("task_id", "attempt", "returns", "is_error", "retryable", "worker_exiting", "start_time", "end_time", "cancelled", "worker_id", "worker_pid", "requeued", "node_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RETURNS_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_EXITING_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    attempt: int
+    returns: _containers.RepeatedCompositeFieldContainer[ObjectLocation]
+    is_error: bool
+    retryable: bool
+    worker_exiting: bool
+    start_time: float
+    end_time: float
+    cancelled: bool
+    worker_id: bytes
+    worker_pid: int
+    requeued: bool
+    node_id: bytes
+    def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., returns: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., is_error: _Optional[bool] = ..., retryable: _Optional[bool] = ..., worker_exiting: _Optional[bool] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., cancelled: _Optional[bool] = ..., worker_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., requeued: _Optional[bool] = ..., node_id: _Optional[bytes] = ...) -> None: ...
+
+class TaskBatch(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ...) -> None: ...
+
+class ReplyBatch(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[TaskReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[TaskReply, _Mapping]]] = ...) -> None: ...
+
+class ObjectStatusRequest(_message.Message):
+    __slots__ = ("object_id", "timeout")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    timeout: float
+    def __init__(self, object_id: _Optional[bytes] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class ObjectStatusReply(_message.Message):
+    __slots__ = ("status", "location", "is_error")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PENDING: _ClassVar[ObjectStatusReply.Status]
+        READY: _ClassVar[ObjectStatusReply.Status]
+        FREED: _ClassVar[ObjectStatusReply.Status]
+        UNKNOWN: _ClassVar[ObjectStatusReply.Status]
+    PENDING: ObjectStatusReply.Status
+    READY: ObjectStatusReply.Status
+    FREED: ObjectStatusReply.Status
+    UNKNOWN: ObjectStatusReply.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    status: ObjectStatusReply.Status
+    location: ObjectLocation
+    is_error: bool
+    def __init__(self, status: _Optional[_Union[ObjectStatusReply.Status, str]] = ..., location: _Optional[_Union[ObjectLocation, _Mapping]] = ..., is_error: _Optional[bool] = ...) -> None: ...
+
+class BorrowRequest(_message.Message):
+    __slots__ = ("object_ids", "borrower_address", "add")
+    OBJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    BORROWER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ADD_FIELD_NUMBER: _ClassVar[int]
+    object_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    borrower_address: str
+    add: bool
+    def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ..., borrower_address: _Optional[str] = ..., add: _Optional[bool] = ...) -> None: ...
+
+class CancelTaskRequest(_message.Message):
+    __slots__ = ("task_id", "force", "recursive")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    force: bool
+    recursive: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., recursive: _Optional[bool] = ...) -> None: ...

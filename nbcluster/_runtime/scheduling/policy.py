@@ -1,0 +1,110 @@
+"""Where a lease request should run: a pure function of a cluster view (DESIGN §3).
+
+``DEFAULT``: the local node while the request fits in what it has free; otherwise the
+least-loaded node where it fits now; otherwise queue locally when the local node could
+ever fit it; otherwise the least-loaded node that could ever fit it; otherwise infeasible.
+``SPREAD``: the least-loaded node where it fits now (ties broken by node order, so the
+choice rotates as load lands), else as DEFAULT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+
+EPS = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeView:
+    """One node as the scheduler sees it."""
+
+    node_id: bytes
+    address: str
+    total: Mapping[str, float]
+    available: Mapping[str, float]
+    alive: bool = True
+
+
+class Action(enum.Enum):
+    """What to do with a request."""
+
+    LOCAL = "local"  # grant here now, or queue here until resources free up
+    SPILL = "spill"  # send the requester to another node
+    INFEASIBLE = "infeasible"  # no node can ever fit this shape
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The policy's answer."""
+
+    action: Action
+    node: NodeView | None = None
+    reason: str = ""
+
+
+def fits(request: Mapping[str, float], resources: Mapping[str, float]) -> bool:
+    """True when every requested amount is available in ``resources``."""
+    return all(amount <= resources.get(name, 0.0) + EPS for name, amount in request.items() if amount > 0)
+
+
+def load(node: NodeView) -> float:
+    """Fraction of the node's resources in use (max over resource kinds that exist)."""
+    worst = 0.0
+    for name, total in node.total.items():
+        if total > 0:
+            worst = max(worst, 1.0 - node.available.get(name, 0.0) / total)
+    return worst
+
+
+def pick_node(
+    request: Mapping[str, float],
+    local: NodeView,
+    others: Sequence[NodeView],
+    strategy: str = "DEFAULT",
+    allow_spill: bool = True,
+) -> Decision:
+    """Decide where ``request`` runs, given the local node and the rest of the cluster."""
+    remote = [n for n in others if n.alive and n.node_id != local.node_id]
+    candidates = [local, *remote] if allow_spill else [local]
+    if strategy == "SPREAD":
+        free_now = [n for n in candidates if fits(request, n.available)]
+        if free_now:
+            best = min(free_now, key=load)
+            if best.node_id == local.node_id or load(best) < load(local) - EPS:
+                return _to(best, local, "least loaded node (SPREAD)")
+            return Decision(Action.LOCAL, local, "least loaded node (SPREAD)")
+    if fits(request, local.available):
+        return Decision(Action.LOCAL, local, "fits on the local node")
+    if allow_spill:
+        free_now = [n for n in remote if fits(request, n.available)]
+        if free_now:
+            return _to(min(free_now, key=load), local, "local node busy; least-loaded node with room")
+    if fits(request, local.total):
+        return Decision(Action.LOCAL, local, "queued until the local node has room")
+    if allow_spill:
+        could = [n for n in remote if fits(request, n.total)]
+        if could:
+            return _to(min(could, key=load), local, "only other nodes can fit this request")
+    return Decision(Action.INFEASIBLE, None, infeasible_message(request, [local, *remote]))
+
+
+def _to(node: NodeView, local: NodeView, reason: str) -> Decision:
+    if node.node_id == local.node_id:
+        return Decision(Action.LOCAL, local, reason)
+    return Decision(Action.SPILL, node, reason)
+
+
+def infeasible_message(request: Mapping[str, float], nodes: Sequence[NodeView]) -> str:
+    """Say what was asked for and what the cluster has."""
+    asked = ", ".join(f"{k}: {v:g}" for k, v in sorted(request.items()) if v > 0) or "nothing"
+    have: dict[str, float] = {}
+    for n in nodes:
+        for k, v in n.total.items():
+            have[k] = max(have.get(k, 0.0), v)
+    offered = ", ".join(f"{k}: {v:g}" for k, v in sorted(have.items())) or "no resources"
+    return (
+        f"no node can ever fit {{{asked}}}; the largest node has {{{offered}}}. "
+        "It stays pending in case a node that fits joins; lower the request or add a node."
+    )

@@ -1,0 +1,393 @@
+"""Worker process: ``python -m nbcluster._runtime.worker.main`` (started by a node manager).
+
+User code runs on the main thread (so cancelling a task can raise ``KeyboardInterrupt``
+in it); the core client's I/O loop runs on a background thread and serves ``PushTasks``
+streams from owners that hold a lease on this worker.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+
+from nbcluster import exceptions as exc
+from nbcluster._runtime import context, proc
+from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
+from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.serialization import deserialize, serialize
+from nbcluster.config import Config
+
+log = logging.getLogger("nbcluster.worker")
+
+
+class _Stream:
+    """One owner's PushTasks stream: where replies for its tasks go."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.replies: asyncio.Queue[pb.TaskReply | None] = asyncio.Queue()
+        self.open = True
+
+
+class WorkerService(CoreWorkerService):
+    """CoreWorker service of a worker: receives tasks and cancellations."""
+
+    def __init__(self, client: CoreClient, executor: Executor) -> None:
+        super().__init__(client)
+        self.executor = executor
+
+    async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
+        stream = _Stream(asyncio.get_running_loop())
+
+        async def pump_in() -> None:
+            try:
+                async for batch in request_iterator:
+                    for spec in batch.tasks:
+                        self.executor.enqueue(spec, stream)
+            finally:
+                stream.open = False
+                stream.replies.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(pump_in())
+        try:
+            while True:
+                reply = await stream.replies.get()
+                if reply is None:
+                    if not stream.open and stream.replies.empty():
+                        break
+                    continue
+                batch = [reply]
+                while not stream.replies.empty():
+                    more = stream.replies.get_nowait()
+                    if more is not None:
+                        batch.append(more)
+                yield pb.ReplyBatch(replies=batch)
+                if any(r.worker_exiting for r in batch):
+                    self.executor.exit_after_reply.set()
+        finally:
+            reader.cancel()
+            self.executor.drop_stream(stream)
+
+    async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
+        self.executor.cancel(request.task_id)
+        return pb.Empty()
+
+    async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
+        asyncio.get_running_loop().call_later(0.05, os._exit, 0)
+        return pb.Empty()
+
+
+class Executor:
+    """Runs tasks one at a time on the main thread."""
+
+    def __init__(self, client: CoreClient) -> None:
+        self.client = client
+        self.queue: queue.SimpleQueue[tuple[pb.TaskSpec, _Stream] | None] = queue.SimpleQueue()
+        self.functions: dict[bytes, Any] = {}
+        self.calls: dict[bytes, int] = {}
+        self.running: bytes = b""
+        self.cancelled: set[bytes] = set()
+        self.blocked = False
+        self.exit_after_reply = threading.Event()
+        self.events: list[pb.TaskEvent] = []
+        self.events_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
+
+    # -- called on the I/O loop ------------------------------------------------------------
+    def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+        with self._lock:
+            if self.blocked:
+                stream.replies.put_nowait(self._requeue_reply(spec))
+                return
+            self.pending[spec.task_id] = (spec, stream)
+        self.queue.put((spec, stream))
+
+    def _requeue_reply(self, spec: pb.TaskSpec) -> pb.TaskReply:
+        return pb.TaskReply(task_id=spec.task_id, attempt=spec.attempt, requeued=True)
+
+    def drop_stream(self, stream: _Stream) -> None:
+        stream.open = False
+
+    def cancel(self, task_id: bytes) -> None:
+        with self._lock:
+            if task_id == self.running:
+                self.cancelled.add(task_id)
+                _thread.interrupt_main()
+            elif task_id in self.pending:
+                self.cancelled.add(task_id)
+
+    # -- called by the task's thread while it blocks in get/wait ----------------------------
+    def set_blocked(self, blocked: bool) -> None:
+        with self._lock:
+            self.blocked = blocked
+            requeue = list(self.pending.values()) if blocked else []
+            if blocked:
+                self.pending.clear()
+        for spec, stream in requeue:
+            stream.loop.call_soon_threadsafe(stream.replies.put_nowait, self._requeue_reply(spec))
+        with contextlib.suppress(Exception):
+            self.client.run(
+                lambda: self.client.node().NotifyBlocked(
+                    pb.BlockedRequest(worker_id=self.client.worker_id, blocked=blocked), timeout=10
+                ),
+                timeout=10,
+            )
+
+    # -- main thread ---------------------------------------------------------------------------
+    def run_forever(self) -> None:
+        while True:
+            try:
+                item = self.queue.get()
+                if item is None:
+                    return
+                spec, stream = item
+                with self._lock:
+                    if self.pending.pop(spec.task_id, None) is None:
+                        continue  # requeued to the owner while we were blocked
+                    self.running = spec.task_id
+                reply = self.execute(spec)
+                with self._lock:
+                    self.running = b""
+                    self.cancelled.discard(spec.task_id)
+                stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
+                if reply.worker_exiting:
+                    self.exit_after_reply.wait(5)
+                    time.sleep(0.05)
+                    os._exit(0)
+            except KeyboardInterrupt:
+                continue  # a cancel that arrived after its task finished
+
+    def function(self, spec: pb.TaskSpec) -> Any:
+        fn = self.functions.get(spec.function_id)
+        if fn is None:
+            reply = self.client.run(
+                lambda: self.client.head().GetFunction(pb.GetFunctionRequest(function_id=spec.function_id), timeout=30)
+            )
+            if not reply.found:
+                raise exc.NbclusterSystemError(f"function {spec.function_name} is not in the function table")
+            fn = cloudpickle.loads(reply.payload)
+            self.functions[spec.function_id] = fn
+        return fn
+
+    def resolve_args(self, spec: pb.TaskSpec) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs = deserialize(spec.args)
+        if not spec.resolved_args:
+            return args, kwargs
+        values = []
+        client = self.client
+        for loc in spec.resolved_args:
+            if loc.in_store:
+                entry_buf = client.map_from_store_location(loc)
+                values.append(deserialize(entry_buf))
+            else:
+                values.append(deserialize(loc.data))
+
+        def sub(v: Any) -> Any:
+            return values[v.index] if isinstance(v, ArgPlaceholder) else v
+
+        return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
+
+    def execute(self, spec: pb.TaskSpec) -> pb.TaskReply:
+        client = self.client
+        start = time.time()
+        reply = pb.TaskReply(
+            task_id=spec.task_id,
+            attempt=spec.attempt,
+            start_time=start,
+            worker_id=client.worker_id,
+            worker_pid=os.getpid(),
+            node_id=client.node_id,
+        )
+        name = spec.function_name
+        client.current_task_id = spec.task_id
+        client.job_id = spec.job_id
+        client.namespace = spec.namespace
+        if spec.gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
+        else:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        n = spec.num_returns
+        try:
+            try:
+                if spec.task_id in self.cancelled:
+                    raise KeyboardInterrupt
+                fn = self.function(spec)
+                args, kwargs = self.resolve_args(spec)
+                result = fn(*args, **kwargs)
+                if n == 1:
+                    values = [result]
+                elif n == 0:
+                    values = []
+                else:
+                    values = list(result) if isinstance(result, (list, tuple)) else None
+                    if values is None or len(values) != n:
+                        got = len(values) if values is not None else f"a {type(result).__name__}"
+                        raise ValueError(
+                            f"task {name} declared num_returns={n} but returned {got}; "
+                            f"return a tuple or list of {n} values"
+                        )
+                self._store_returns(spec, values, reply)
+            except KeyboardInterrupt:
+                if spec.task_id in self.cancelled:
+                    reply.cancelled = True
+                    self._error_returns(spec, exc.TaskCancelledError(spec.task_id.hex()), reply)
+                else:
+                    raise
+            except BaseException as e:  # noqa: BLE001 - user code raised; report it
+                err = exc.TaskError.from_exception(
+                    e, name, pid=os.getpid(), hostname=client.hostname(), task_id=spec.task_id.hex()
+                )
+                reply.retryable = self._retryable(spec, e)
+                self._error_returns(spec, err, reply)
+        finally:
+            client.current_task_id = b""
+        reply.end_time = time.time()
+        self.calls[spec.function_id] = self.calls.get(spec.function_id, 0) + 1
+        if spec.max_calls and self.calls[spec.function_id] >= spec.max_calls:
+            reply.worker_exiting = True
+        self._record_event(spec, reply)
+        pending_borrows = [oid for oid, e in list(client.table.entries.items()) if not e.owned and not e.registered]
+        if pending_borrows:
+            with contextlib.suppress(Exception):
+                client.run(client.register_borrows(pending_borrows), timeout=10)
+        return reply
+
+    def _retryable(self, spec: pb.TaskSpec, error: BaseException) -> bool:
+        if not spec.retry_exceptions:
+            return False
+        allowed = deserialize(spec.retry_exceptions)
+        if allowed is True:
+            return isinstance(error, Exception)
+        return isinstance(error, tuple(allowed))
+
+    def _store_returns(self, spec: pb.TaskSpec, values: list[Any], reply: pb.TaskReply) -> None:
+        client = self.client
+        for i, value in enumerate(values, start=1):
+            oid = spec.task_id + i.to_bytes(4, "big")
+            try:
+                sv = serialize(value)
+            except exc.SerializationError as e:
+                raise exc.SerializationError(
+                    f"the return value of {spec.function_name} could not be serialized: {e}"
+                ) from None
+            if sv.contained_refs:
+                client.table.mark_escaped([r.binary() for r in sv.contained_refs if r.owner_address == client.address])
+            if sv.total_size <= client.config.max_inline_bytes:
+                reply.returns.add(object_id=oid, data=sv.to_bytes(), size=sv.total_size)
+            else:
+                client.write_to_store(oid, sv)
+                reply.returns.add(
+                    object_id=oid,
+                    in_store=True,
+                    size=sv.total_size,
+                    node_id=client.node_id,
+                    node_address=client.node_address,
+                )
+
+    def _error_returns(self, spec: pb.TaskSpec, error: BaseException, reply: pb.TaskReply) -> None:
+        del reply.returns[:]
+        reply.is_error = True
+        try:
+            data = serialize(error).to_bytes()
+        except Exception:  # noqa: BLE001
+            data = serialize(exc.NbclusterSystemError(str(error))).to_bytes()
+        for i in range(1, max(spec.num_returns, 1) + 1):
+            reply.returns.add(object_id=spec.task_id + i.to_bytes(4, "big"), data=data, size=len(data))
+
+    def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
+        ev = pb.TaskEvent(
+            task_id=spec.task_id,
+            job_id=spec.job_id,
+            name=spec.function_name,
+            node_id=self.client.node_id,
+            worker_id=self.client.worker_id,
+            worker_pid=os.getpid(),
+            state="FAILED" if reply.is_error else "FINISHED",
+            start_time=reply.start_time,
+            end_time=reply.end_time,
+            parent_task_id=spec.parent_task_id,
+            attempt=spec.attempt,
+        )
+        with self.events_lock:
+            self.events.append(ev)
+
+
+class WorkerClient(CoreClient):
+    """The core client of a worker: blocking in get gives the CPU back."""
+
+    executor: Executor
+
+    def on_blocked(self, blocked: bool) -> None:
+        self.executor.set_blocked(blocked)
+
+    def map_from_store_location(self, loc: pb.ObjectLocation) -> memoryview:
+        from nbcluster._runtime.core.ownership import Entry
+
+        entry = Entry(False, loc.owner_address)
+        entry.set_ready(in_store=True, size=loc.size, node_id=loc.node_id, node_address=loc.node_address)
+        return self.map_from_store(loc.object_id, entry)
+
+
+async def _flush_events(client: CoreClient, executor: Executor) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        with executor.events_lock:
+            events, executor.events = executor.events, []
+        if events:
+            with contextlib.suppress(RpcError):
+                await client.head().ReportTaskEvents(pb.TaskEventsRequest(events=events), timeout=10)
+
+
+def main() -> None:
+    """Register with the node manager and run tasks until told to stop."""
+    config = Config.from_env()
+    worker_id = bytes.fromhex(os.environ["NBCLUSTER_WORKER_ID"])
+    node_address = os.environ["NBCLUSTER_NODE_ADDRESS"]
+    token = proc.read_token(os.environ["NBCLUSTER_TOKEN_FILE"])
+    parent_fd = int(os.environ.get("NBCLUSTER_PARENT_FD", "-1"))
+    logging.basicConfig(level=config.log_level, stream=sys.stderr)
+    host = node_address.rsplit(":", 1)[0]
+    client = WorkerClient(
+        mode="worker",
+        config=config,
+        token=token,
+        head_address="",
+        node_address=node_address,
+        job_id=b"",
+        worker_id=worker_id,
+        host=host,
+    )
+    executor = Executor(client)
+    client.executor = executor
+    client.start(lambda c: WorkerService(c, executor))
+    context.set_client(client)
+    reply = client.run(
+        lambda: client.node().RegisterWorker(
+            pb.WorkerRegisterRequest(worker_id=worker_id, pid=os.getpid(), address=client.address), timeout=30
+        )
+    )
+    client.node_id = reply.node_id
+    client.head_address = reply.head_address
+    client.store_dir = reply.store_dir
+    client.session_dir = reply.session_dir
+    if parent_fd >= 0:
+        client.loop.call_soon_threadsafe(proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1))
+    asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
+    executor.run_forever()
+
+
+if __name__ == "__main__":
+    main()

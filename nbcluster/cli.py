@@ -1,0 +1,225 @@
+"""The ``nbcluster`` command: start, join, inspect and stop clusters from a shell.
+
+    nbcluster start --head [--num-cpus N] [--port P] [--block]
+    nbcluster start --address HOST:PORT [--num-cpus N] [--block]
+    nbcluster status [--address HOST:PORT]
+    nbcluster stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from nbcluster._runtime import proc
+
+
+def _temp_dir() -> str:
+    from nbcluster.config import Config
+
+    return Config.from_env().temp_dir
+
+
+def _add_resource_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--num-cpus", type=float, default=None, help="CPUs this node offers (default: all)")
+    p.add_argument("--num-gpus", type=float, default=None, help="GPUs this node offers")
+    p.add_argument("--resources", default="", help='custom resources as JSON, e.g. \'{"disk": 2}\'')
+    p.add_argument("--object-store-memory", type=int, default=None, help="store size in bytes")
+    p.add_argument("--block", action="store_true", help="stay in the foreground; Ctrl-C stops the processes")
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    if args.head == bool(args.address):
+        print("nbcluster start: give exactly one of --head or --address HOST:PORT", file=sys.stderr)
+        return 2
+    resources = json.loads(args.resources) if args.resources else None
+    if args.head:
+        from nbcluster.cluster import LocalCluster
+
+        cluster = LocalCluster(
+            num_cpus=args.num_cpus,
+            num_gpus=args.num_gpus,
+            resources=resources,
+            object_store_memory=args.object_store_memory,
+            host=args.host,
+            port=args.port,
+            detached=not args.block,
+        ).start()
+        print(f"nbcluster head started at {cluster.address}")
+        print(f"  token file:  {cluster.token_file}   (keep it secret: it lets anyone run code as you)")
+        print(f"  session dir: {cluster.session_dir}")
+        print(f"  join a node: nbcluster start --address {cluster.address} --token-file {cluster.token_file}")
+        print(f"  connect:     nbcluster.init(address='{cluster.address}')   or   address='auto'")
+        sys.stdout.flush()
+        if args.block:
+            _block(cluster.stop)
+        return 0
+    return _join(args, resources)
+
+
+def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
+    from nbcluster.cluster import find_session
+
+    token_file = args.token_file or os.environ.get("NBCLUSTER_TOKEN_FILE", "")
+    session = find_session(args.address, _temp_dir())
+    if not token_file and session is not None:
+        token_file = str(session / proc.TOKEN_FILE)
+    if not token_file and os.environ.get("NBCLUSTER_TOKEN"):
+        session_tmp = proc.new_session_dir(_temp_dir())
+        proc.create_token_file(session_tmp, os.environ["NBCLUSTER_TOKEN"])
+        token_file = str(session_tmp / proc.TOKEN_FILE)
+    if not token_file:
+        print(
+            "nbcluster start: no token for that cluster; pass --token-file PATH or set NBCLUSTER_TOKEN",
+            file=sys.stderr,
+        )
+        return 2
+    session_dir = session or proc.new_session_dir(_temp_dir())
+    cmd = [
+        sys.executable, "-m", "nbcluster._runtime.node.main",
+        "--session-dir", str(session_dir), "--token-file", token_file,
+        "--head-address", args.address, "--host", args.host,
+    ]
+    if args.node_name:
+        cmd += ["--node-name", args.node_name]
+    if args.num_cpus is not None:
+        cmd += ["--num-cpus", str(args.num_cpus)]
+    if args.num_gpus is not None:
+        cmd += ["--num-gpus", str(args.num_gpus)]
+    if resources:
+        cmd += ["--resources", json.dumps(resources)]
+    if args.object_store_memory:
+        cmd += ["--object-store-memory", str(args.object_store_memory)]
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        cmd.append("--allow-external")
+    nodes_dir = Path(session_dir) / "nodes"
+    before = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
+    log = open(Path(session_dir) / "logs" / f"node-join-{os.getpid()}.out", "ab")  # noqa: SIM115
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
+        if now - before:
+            break
+        if p.poll() is not None:
+            print(f"nbcluster start: the node exited (code {p.returncode}); logs in {session_dir}/logs",
+                  file=sys.stderr)
+            return 1
+        time.sleep(0.02)
+    else:
+        print("nbcluster start: the node did not register within 60 s", file=sys.stderr)
+        p.kill()
+        return 1
+    pids_file = Path(session_dir) / "pids.json"
+    pids = json.loads(pids_file.read_text()) if pids_file.exists() else {"head": 0, "nodes": []}
+    pids["nodes"].append(p.pid)
+    proc.write_atomic(pids_file, json.dumps(pids))
+    print(f"nbcluster node joined {args.address} (pid {p.pid})")
+    sys.stdout.flush()
+    if args.block:
+
+        def stop() -> None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+        _block(stop)
+    return 0
+
+
+def _block(stop: object) -> None:
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        stop()  # type: ignore[operator]
+        print("nbcluster: stopped")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import nbcluster
+
+    try:
+        info = nbcluster.init(address=args.address or "auto")
+    except (ConnectionError, nbcluster.exceptions.NbclusterError) as e:
+        print(f"nbcluster status: {e}", file=sys.stderr)
+        return 1
+    try:
+        print(f"cluster at {info.address}   session: {info.session_dir}")
+        for n in nbcluster.nodes():
+            state = "alive" if n["Alive"] else f"dead ({n['DeathReason']})"
+            res = ", ".join(f"{k} {n['Available'].get(k, 0):g}/{v:g}" for k, v in sorted(n["Resources"].items())
+                            if k != "memory")
+            store = f"store {n['ObjectStoreUsed'] / 2**20:.1f}/{n['ObjectStoreCapacity'] / 2**20:.0f} MiB"
+            print(f"  node {n['NodeID'][:8]} {n['NodeName']:<12} {n['NodeManagerAddress']}:{n['NodeManagerPort']}"
+                  f"  {state}  {res}  {store}")
+    finally:
+        nbcluster.shutdown()
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    base = Path(_temp_dir())
+    stopped = 0
+    for session in sorted(base.glob("session_*")):
+        pids_file = session / "pids.json"
+        if not pids_file.exists():
+            continue
+        pids = json.loads(pids_file.read_text())
+        for pid in [*pids.get("nodes", []), pids.get("head", 0)]:
+            if pid and proc.pid_alive(pid) and _is_ours(pid, session):
+                os.kill(pid, signal.SIGTERM)
+                stopped += 1
+        pids_file.unlink()
+    print(f"nbcluster stop: signalled {stopped} process(es)")
+    return 0
+
+
+def _is_ours(pid: int, session: Path) -> bool:
+    """Only signal a PID whose command line names this session (PIDs get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(str(session).encode() in part for part in cmdline) or any(
+        b"nbcluster._runtime" in part for part in cmdline
+    ) and any(str(session.name).encode() in part for part in cmdline)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``nbcluster`` command."""
+    parser = argparse.ArgumentParser(prog="nbcluster", description="Start and manage nbcluster clusters.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("start", help="start a head, or join a node to a head")
+    p.add_argument("--head", action="store_true", help="start a new cluster (head + a node on this host)")
+    p.add_argument("--address", default="", help="HOST:PORT of a head to join as a node")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="head port (default: any free port)")
+    p.add_argument("--node-name", default="", help="name of this node (default: hostname)")
+    p.add_argument("--token-file", default="", help="token file of the cluster to join")
+    _add_resource_args(p)
+    p.set_defaults(fn=cmd_start)
+    p = sub.add_parser("status", help="show the nodes and resources of a cluster")
+    p.add_argument("--address", default="", help="HOST:PORT of the head (default: newest local cluster)")
+    p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("stop", help="stop the clusters started with `nbcluster start` on this host")
+    p.set_defaults(fn=cmd_stop)
+    args = parser.parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""``LocalCluster``: a head and node managers as processes on this host.
+
+The processes watch a pipe whose write end only this object holds: when the owning
+process exits for any reason (also ``SIGKILL``), the pipe closes and they shut down
+(no reliance on ``atexit``). :meth:`LocalCluster.stop` ends them by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nbcluster._runtime import proc
+
+__all__ = ["LocalCluster", "find_session"]
+
+
+class LocalCluster:
+    """A cluster of processes on this machine: one head and ``nodes`` node managers.
+
+    ``LocalCluster(num_cpus=4).start()`` returns once the head and every node are serving;
+    ``address`` is then the head's ``host:port`` and ``token_file`` the token's path.
+    With ``detached=True`` the processes outlive this object's process (the CLI uses it).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        resources: dict[str, float] | None = None,
+        object_store_memory: int | None = None,
+        nodes: int = 1,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        detached: bool = False,
+        temp_dir: str | None = None,
+        env: dict[str, str] | None = None,
+        token: str | None = None,
+    ) -> None:
+        if nodes < 1:
+            raise ValueError(f"nodes must be >= 1, got {nodes}")
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.resources = dict(resources or {})
+        self.object_store_memory = object_store_memory
+        self.num_nodes = nodes
+        self.host = host
+        self.port = port
+        self.detached = detached
+        self.temp_dir = temp_dir
+        self.env = dict(env or {})
+        self._token = token
+        self.session_dir: Path | None = None
+        self.token_file: Path | None = None
+        self.address = ""
+        self.head: subprocess.Popen[bytes] | None = None
+        self.nodes: list[subprocess.Popen[bytes]] = []
+        self._pipe_w = -1
+        self._pipe_r = -1
+
+    # -- starting ----------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start the processes and wait until every node has registered."""
+        from nbcluster.config import Config
+
+        config = Config.from_env()
+        self.session_dir = proc.new_session_dir(self.temp_dir or config.temp_dir)
+        proc.create_token_file(self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None)
+        self.token_file = self.session_dir / proc.TOKEN_FILE
+        if not self.detached:
+            self._pipe_r, self._pipe_w = os.pipe()
+            os.set_inheritable(self._pipe_r, True)
+        env = {**os.environ, **self.env}
+        common = ["--session-dir", str(self.session_dir), "--token-file", str(self.token_file)]
+        external = [] if proc_is_loopback(self.host) else ["--allow-external"]
+        self.head = self._spawn(
+            "nbcluster._runtime.head.main",
+            [*common, "--host", self.host, "--port", str(self.port), *external],
+            env,
+        )
+        for i in range(self.num_nodes):
+            self.nodes.append(self._spawn("nbcluster._runtime.node.main", [*common, *self._node_args(i)], env))
+        try:
+            head = self.head
+            self.address = proc.wait_for_file(
+                self.session_dir / proc.HEAD_ADDRESS_FILE, timeout, alive=lambda: head.poll() is None
+            ).strip()
+            self._wait_nodes(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        if self.detached:
+            self._write_pids()
+        return self
+
+    def _node_args(self, index: int) -> list[str]:
+        args = ["--host", self.host]
+        if self.num_cpus is not None:
+            args += ["--num-cpus", str(self.num_cpus)]
+        if self.num_gpus is not None:
+            args += ["--num-gpus", str(self.num_gpus)]
+        if self.resources:
+            args += ["--resources", json.dumps(self.resources)]
+        if self.object_store_memory:
+            args += ["--object-store-memory", str(int(self.object_store_memory))]
+        if self.num_nodes > 1:
+            args += ["--node-name", f"node{index}"]
+        if not proc_is_loopback(self.host):
+            args.append("--allow-external")
+        return args
+
+    def _spawn(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        assert self.session_dir is not None
+        name = module.split(".")[-2]
+        log = open(self.session_dir / "logs" / f"{name}.out", "ab")  # noqa: SIM115 - closed below
+        fds: tuple[int, ...] = ()
+        if self._pipe_r >= 0:
+            args = [*args, "--parent-fd", str(self._pipe_r)]
+            fds = (self._pipe_r,)
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                pass_fds=fds,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def _wait_nodes(self, timeout: float) -> None:
+        assert self.session_dir is not None
+        deadline = time.monotonic() + timeout
+        nodes_dir = self.session_dir / "nodes"
+        delay = 0.002
+        while True:
+            if nodes_dir.exists() and len(list(nodes_dir.glob("*.json"))) >= self.num_nodes:
+                return
+            for p in [self.head, *self.nodes]:
+                if p is not None and p.poll() is not None:
+                    raise RuntimeError(
+                        f"a cluster process exited during start-up (code {p.returncode}); "
+                        f"see the logs in {self.session_dir / 'logs'}"
+                    )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster did not start within {timeout:.0f}s; logs: {self.session_dir}/logs")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.02)
+
+    def _write_pids(self) -> None:
+        assert self.session_dir is not None
+        pids = {"head": self.head.pid if self.head else 0, "nodes": [p.pid for p in self.nodes]}
+        proc.write_atomic(self.session_dir / "pids.json", json.dumps(pids))
+
+    # -- info --------------------------------------------------------------------------------
+    @property
+    def token(self) -> str:
+        """The cluster token (keep it secret: it lets anyone run code as you)."""
+        assert self.token_file is not None
+        return proc.read_token(self.token_file)
+
+    def node_addresses(self) -> list[str]:
+        """Addresses of this cluster's node managers."""
+        assert self.session_dir is not None
+        return [json.loads(p.read_text())["address"] for p in sorted((self.session_dir / "nodes").glob("*.json"))]
+
+    def pids(self) -> list[int]:
+        """PIDs of the head and node processes."""
+        return [p.pid for p in [self.head, *self.nodes] if p is not None]
+
+    def add_node(self, timeout: float = 60.0, **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start one more node manager in this cluster."""
+        assert self.session_dir is not None and self.token_file is not None
+        before = self.num_nodes
+        self.num_nodes += 1
+        args = ["--session-dir", str(self.session_dir), "--token-file", str(self.token_file)]
+        args += self._node_args(before)
+        for k, v in kwargs.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        p = self._spawn("nbcluster._runtime.node.main", args, {**os.environ, **self.env})
+        self.nodes.append(p)
+        self._wait_nodes(timeout)
+        return p
+
+    # -- stopping ----------------------------------------------------------------------------
+    def stop(self, grace: float = 3.0) -> None:
+        """End every process of the cluster (SIGTERM, then SIGKILL after ``grace`` seconds)."""
+        procs = [p for p in [*self.nodes, self.head] if p is not None]
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                p.wait(5)
+        for fd in (self._pipe_w, self._pipe_r):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._pipe_w = self._pipe_r = -1
+        self.nodes = []
+        self.head = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start() if self.head is None else self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(address={self.address!r}, nodes={self.num_nodes})"
+
+
+def proc_is_loopback(host: str) -> bool:
+    """True for loopback addresses (the only ones bound without an explicit opt-in)."""
+    from nbcluster._runtime.protocol.rpc import is_loopback
+
+    return is_loopback(host)
+
+
+def find_session(address: str | None, temp_dir: str) -> Path | None:
+    """The session directory of a cluster on this host.
+
+    ``address`` None or ``"auto"``: the newest session whose head is alive; otherwise the
+    session whose head listens on ``address``.
+    """
+    base = Path(temp_dir)
+    if not base.exists():
+        return None
+    sessions = sorted(
+        (p for p in base.glob("session_*") if (p / proc.HEAD_ADDRESS_FILE).exists()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for s in sessions:
+        try:
+            head_pid = int((s / "head.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        if not proc.pid_alive(head_pid):
+            continue
+        if address in (None, "auto") or (s / proc.HEAD_ADDRESS_FILE).read_text().strip() == address:
+            return s
+    return None
