@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release
@@ -286,25 +287,31 @@ def test_concurrent_add_remove_leaves_an_empty_table() -> None:
     n_threads, rounds = 8, 10_000
     barrier = threading.Barrier(n_threads)
     errors: list[BaseException] = []
+    finished: list[int] = []
 
     def work(i: int) -> None:
         try:
             barrier.wait()
-            own = b"own-%d" % i
+            oid = b"shared" if i % 2 else b"shared-too"
             for _ in range(rounds):
-                table.add_local_ref(b"shared", ME, borrowed=False)
-                table.add_local_ref(own, ME, borrowed=False)
-                table.remove_local_ref(b"shared")
-                table.remove_local_ref(own)
+                table.add_local_ref(oid, ME, borrowed=False)
+                table.remove_local_ref(oid)
+            finished.append(i)
         except BaseException as e:  # report any failure to the main thread
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so unlocked updates would collide
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        sys.setswitchinterval(interval)
     assert not any(t.is_alive() for t in threads)
     assert errors == []
+    assert sorted(finished) == list(range(n_threads))
     assert len(table) == 0
     assert table.entries == {}

@@ -31,9 +31,7 @@ def interceptor() -> TokenAuthInterceptor:
 
 
 @pytest.mark.parametrize("metadata", [None, (), md(("user-agent", "grpc-python"))])
-def test_missing_token_is_unauthenticated(
-    interceptor: TokenAuthInterceptor, metadata: Any
-) -> None:
+def test_missing_token_is_unauthenticated(interceptor: TokenAuthInterceptor, metadata: Any) -> None:
     assert interceptor.check(metadata) is grpc.StatusCode.UNAUTHENTICATED
 
 

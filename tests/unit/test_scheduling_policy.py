@@ -147,7 +147,9 @@ def test_allow_spill_false_never_leaves_the_local_node() -> None:
     assert (d.action, d.node) == (Action.LOCAL, LOCAL_BUSY)
     d = pick_node({"GPU": 1}, LOCAL_FREE, [free_remote], allow_spill=False)
     assert d.action is Action.INFEASIBLE
-    assert d.reason.startswith("no node can ever fit {GPU: 1}; the largest node has {CPU: 8, GPU: 1}")
+    assert d.reason.startswith(
+        "no node can ever fit {GPU: 1}; the largest node has {CPU: 8, GPU: 1}. "
+    )
 
 
 def test_zero_request_fits_a_full_node() -> None:

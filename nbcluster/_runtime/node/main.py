@@ -18,6 +18,7 @@ from pathlib import Path
 from nbcluster._runtime import proc
 from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses
 from nbcluster._runtime.node.state import NodeState
+from nbcluster._runtime.node.zygote import Zygote
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb, pb_grpc
@@ -46,7 +47,7 @@ def detect_resources(args: argparse.Namespace) -> dict[str, float]:
     return res
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     config = Config.from_env()
     session_dir = Path(args.session_dir)
     token = proc.read_token(args.token_file)
@@ -89,11 +90,10 @@ async def serve(args: argparse.Namespace) -> None:
         on_shutdown=stop.set,
     )
     service.workers = WorkerProcesses(
-        node_address=lambda: address,
-        token_file=args.token_file,
+        zygote=zygote,
+        node_address=address,
         session_dir=session_dir,
         on_exit=service.worker_exited,
-        env={**os.environ, **config.to_env()},
     )
     pb_grpc.add_NodeManagerServicer_to_server(service, server)
     await server.start()
@@ -154,7 +154,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parent-fd", type=int, default=-1)
     p.add_argument("--allow-external", action="store_true")
     args = p.parse_args(argv)
-    asyncio.run(serve(args))
+    # Fork the worker fork server before any gRPC object or event loop exists.
+    import nbcluster._runtime.worker.main  # noqa: F401 - preload for the zygote
+
+    death_r, death_w = os.pipe()  # workers see EOF on death_r when this process is gone
+    zygote = Zygote(
+        {
+            "NBCLUSTER_TOKEN_FILE": os.path.abspath(args.token_file),
+            "NBCLUSTER_SESSION_DIR": os.path.abspath(args.session_dir),
+            "NBCLUSTER_PARENT_FD": str(death_r),
+        },
+        keep_fds=(death_r,),
+    )
+    os.close(death_r)
+    try:
+        asyncio.run(serve(args, zygote, death_w))
+    finally:
+        os.close(death_w)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from nbcluster._runtime.node.state import Grant, Instruction, KillWorker, NodeState, Redirect, StartWorker
+from nbcluster._runtime.node.zygote import Zygote, decode_status
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
@@ -35,89 +35,102 @@ _STATUS = {
 
 
 class WorkerProcesses:
-    """Starts worker processes and reports their exits."""
+    """Starts worker processes through the zygote and reports their exits."""
 
     def __init__(
         self,
         *,
-        node_address: Callable[[], str],
-        token_file: str,
+        zygote: Zygote,
+        node_address: str,
         session_dir: Path,
         on_exit: Callable[[bytes, int], None],
-        env: dict[str, str],
     ) -> None:
+        self.zygote = zygote
         self.node_address = node_address
-        self.token_file = token_file
         self.session_dir = session_dir
         self.on_exit = on_exit
-        self.env = env
-        self.procs: dict[bytes, asyncio.subprocess.Process] = {}
+        self.pids: dict[bytes, int] = {}
+        self.by_pid: dict[int, bytes] = {}
+        self.starting: set[bytes] = set()
+        self.kill_on_start: dict[bytes, bool] = {}
         self.exit_info: dict[bytes, tuple[int, str]] = {}
-        # Children watch this pipe: EOF means the node manager is gone.
-        self._death_r, self._death_w = os.pipe()
-        os.set_inheritable(self._death_r, True)
+        self.exited = asyncio.Event()
+        os.set_blocking(zygote.ev_r, False)
+        asyncio.get_running_loop().add_reader(zygote.ev_r, self._on_events)
+
+    @property
+    def procs(self) -> set[bytes]:
+        """Ids of workers that are starting or running."""
+        return self.starting | set(self.pids)
 
     async def start(self, worker_id: bytes) -> None:
-        env = dict(self.env)
-        env["NBCLUSTER_WORKER_ID"] = worker_id.hex()
-        env["NBCLUSTER_NODE_ADDRESS"] = self.node_address()
-        env["NBCLUSTER_TOKEN_FILE"] = self.token_file
-        env["NBCLUSTER_SESSION_DIR"] = str(self.session_dir)
-        env["NBCLUSTER_PARENT_FD"] = str(self._death_r)
         log_path = self.session_dir / "logs" / f"worker-{worker_id.hex()[:8]}.log"
-        with open(log_path, "ab") as logf:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "nbcluster._runtime.worker.main",
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=logf,
-                stderr=logf,
-                env=env,
-                pass_fds=(self._death_r,),
-            )
-        self.procs[worker_id] = proc
-        asyncio.get_running_loop().create_task(self._watch(worker_id, proc))
+        self.starting.add(worker_id)
+        self.zygote.spawn(worker_id, self.node_address, str(log_path))
 
-    async def _watch(self, worker_id: bytes, proc: asyncio.subprocess.Process) -> None:
-        code = await proc.wait()
-        self.procs.pop(worker_id, None)
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            detail = f"worker process (pid {proc.pid}) was killed by {name}"
-        else:
-            detail = f"worker process (pid {proc.pid}) exited with code {code}"
-        self.exit_info[worker_id] = (code, detail)
-        self.on_exit(worker_id, code)
+    def _on_events(self) -> None:
+        for ev in self.zygote.read_events():
+            if ev[0] == "pid":
+                wid, pid = bytes.fromhex(ev[1]), int(ev[2])
+                self.starting.discard(wid)
+                self.pids[wid] = pid
+                self.by_pid[pid] = wid
+                if wid in self.kill_on_start:
+                    self.kill(wid, self.kill_on_start.pop(wid))
+            elif ev[0] == "exit":
+                pid, status = int(ev[1]), int(ev[2])
+                wid = self.by_pid.pop(pid, None)
+                if wid is None:
+                    continue
+                self.pids.pop(wid, None)
+                code = decode_status(status)
+                if code < 0:
+                    try:
+                        name = signal.Signals(-code).name
+                    except ValueError:
+                        name = f"signal {-code}"
+                    detail = f"worker process (pid {pid}) was killed by {name}"
+                else:
+                    detail = f"worker process (pid {pid}) exited with code {code}"
+                self.exit_info[wid] = (code, detail)
+                self.exited.set()
+                self.on_exit(wid, code)
+            elif ev[0] == "zygote-exited":
+                asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
+                log.error("the worker fork server exited")
 
     def kill(self, worker_id: bytes, force: bool = True) -> None:
-        proc = self.procs.get(worker_id)
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+        pid = self.pids.get(worker_id)
+        if pid is None:
+            if worker_id in self.starting:
+                self.kill_on_start[worker_id] = force
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
 
     def pid(self, worker_id: bytes) -> int:
-        proc = self.procs.get(worker_id)
-        return proc.pid if proc is not None else 0
+        return self.pids.get(worker_id, 0)
 
     async def stop_all(self, grace: float = 1.0) -> None:
-        """End every worker: SIGTERM, then SIGKILL after ``grace`` seconds."""
-        procs = list(self.procs.values())
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                p.terminate()
-        if procs:
-            _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in procs], timeout=grace)
-            for p in procs:
-                if p.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        p.kill()
-            if pending:
-                await asyncio.wait(pending, timeout=grace)
-        os.close(self._death_w)
+        """End every worker: SIGTERM, then SIGKILL after ``grace`` seconds; stop the zygote."""
+        deadline = time.monotonic() + 2 * grace
+        while self.starting and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for wid in list(self.pids):
+            self.kill(wid, force=False)
+        deadline = time.monotonic() + grace
+        while self.pids and time.monotonic() < deadline:
+            self.exited.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.exited.wait(), timeout=0.05)
+        for wid in list(self.pids):
+            self.kill(wid, force=True)
+        deadline = time.monotonic() + grace
+        while self.pids and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
+        self.zygote.close()
 
 
 class NodeService(pb_grpc.NodeManagerServicer):
