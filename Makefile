@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
-PIP := $(BIN)/python -m pip --disable-pip-version-check --progress-bar off
+PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -q
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # Jupyter refuses to start as root unless told it may.
@@ -30,11 +30,11 @@ $(BIN)/python:
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "nbcluster needs Python >= 3.11; choose one with: make PY=python3.11 ..." >&2; exit 1; }
 	$(PY) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP_INSTALL) --upgrade pip
 
 # The install: redone only when pyproject.toml changes (editable, so source edits need nothing).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) install -q -e '.[test]'
+	$(PIP_INSTALL) -e '.[test]'
 	@touch $@
 
 venv: $(STAMP)
@@ -55,7 +55,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --ip=127.0.0.1 $(LAB_FLAGS) notebooks/
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(PIP) install -q -e '.[test,bench]'
+	$(PIP_INSTALL) -e '.[test,bench]'
 	@touch $@
 
 bench: $(BENCH_STAMP)

@@ -17,6 +17,7 @@ from nbcluster._runtime.core.submitter import TaskRecord, build_spec
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import function_hash, serialize
+from nbcluster.exceptions import SerializationError
 
 __all__ = ["RemoteFunction", "remote"]
 
@@ -89,7 +90,7 @@ class RemoteFunction(Generic[R]):
             try:
                 payload = cloudpickle.dumps(self._function)
             except Exception as e:  # noqa: BLE001 - say what could not be pickled
-                serialize(self._function)  # raises SerializationError naming the culprit
+                serialize(self._function, what="the remote function", name=self._name)
                 raise TypeError(f"could not pickle {self._name}: {e}") from None
             _check_function_size(self._name, len(payload), client.config)
             self._payload = payload
@@ -138,6 +139,14 @@ class _OptionsWrapper(Generic[R]):
         return self._rf(*args, **kwargs)
 
 
+def _explain_unserializable_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise a SerializationError naming the argument (and path inside it) that fails."""
+    for i, a in enumerate(args):
+        serialize(a, what="an argument", name=f"{name}.remote() argument {i}")
+    for k, v in kwargs.items():
+        serialize(v, what="an argument", name=f"{name}.remote() argument {k}")
+
+
 def _check_function_size(name: str, size: int, config: Any) -> None:
     mib = size / 2**20
     if size > config.function_size_error_bytes:
@@ -174,7 +183,11 @@ def submit_task(
 
     args2 = tuple(swap(a) for a in args)
     kwargs2 = {k: swap(v) for k, v in kwargs.items()}
-    sv = serialize((args2, kwargs2))
+    try:
+        sv = serialize((args2, kwargs2))
+    except SerializationError:
+        _explain_unserializable_args(name, args2, kwargs2)
+        raise
     limit = client.config.max_inline_bytes
     if sv.total_size > limit:
         # Large arguments travel through the object store, not inside the spec.
@@ -212,7 +225,7 @@ def submit_task(
     strategy = opts.scheduling_strategy if isinstance(opts.scheduling_strategy, str) else "DEFAULT"
     rec.resources = shape
     rec.strategy = strategy
-    rec.key = (tuple(sorted(shape.items())), strategy)
+    rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0)
     rec.return_ids = return_ids
     rec.retries_left = opts.max_retries
     rec.dep_ids = [r.binary() for r in dep_refs]

@@ -60,6 +60,7 @@ import pickle
 import struct
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -111,7 +112,7 @@ _MAX_HELPER_STACK = 1 << 30
 _DEFAULT_HINT = "Pass something picklable, or create it inside the task."
 _GENERATOR_HINT = "Turn it into a list first (list(...)), or create it inside the task."
 _MAX_WALK_DEPTH = 64
-_MAX_WALK_TRIALS = 2_000
+_MAX_WALK_SECONDS = 2.0
 
 _tls = threading.local()
 _on_ref_deserialized: Callable[[object], None] | None = None
@@ -262,12 +263,13 @@ def _plain_items(value: Any, t: type) -> bool:
     if len(value) > _PLAIN_MAX_ITEMS:
         return False
     plain = _PLAIN_TYPES
+    # Loops, not all(): a generator costs more than the check itself here.
     if t is dict:
-        for k, v in value.items():
+        for k, v in value.items():  # noqa: SIM110
             if type(k) not in plain or type(v) not in plain:
                 return False
         return True
-    for x in value:
+    for x in value:  # noqa: SIM110
         if type(x) not in plain:
             return False
     return True
@@ -288,9 +290,9 @@ def _serialize_slow(value: object, what: str, name: str) -> SerializedValue:
     _tls.refs = refs
     try:
         with io.BytesIO() as file:
-            cloudpickle.Pickler(file, protocol=PICKLE_PROTOCOL, buffer_callback=keep_out_of_band).dump(
-                value
-            )
+            cloudpickle.Pickler(
+                file, protocol=PICKLE_PROTOCOL, buffer_callback=keep_out_of_band
+            ).dump(value)
             meta = file.getvalue()
     except Exception as exc:  # noqa: BLE001 - any failure while pickling means "not serializable"
         raise _serialization_error(value, exc, what, name) from None
@@ -491,44 +493,63 @@ def _find_culprit(
 ) -> tuple[str, object, BaseException]:
     """Walk down from ``value`` to the innermost part that cannot be pickled.
 
-    Greedy descent: at each level, the first child that fails to pickle on its own is
-    followed. Guarded against cycles, depth and the number of trial pickles.
+    Depth-first: the first child that fails to pickle on its own is followed. A part whose
+    only failing children lead back to an ancestor (a cycle) is not the culprit: the walk
+    backs up and tries the next sibling, and reports such a part only if nothing better is
+    found. Bounded in depth and in time (``_MAX_WALK_SECONDS``), and never revisits a part.
     """
-    path, obj, obj_exc = name, value, exc
+    # frame: [path, obj, exc, children iterator, saw a child that is an ancestor]
+    stack: list[list[Any]] = [[name, value, exc, _children(value), False]]
     on_path = {id(value)}
-    trials = 0
-    for _depth in range(_MAX_WALK_DEPTH):
-        for suffix, child in _children(obj):
-            if id(child) in on_path or type(child) in _PLAIN_TYPES:
-                continue
-            trials += 1
-            if trials > _MAX_WALK_TRIALS:
-                return path, obj, obj_exc
-            child_exc = _pickle_error(child)
-            if child_exc is not None and not _is_recursion_error(child_exc):
-                path, obj, obj_exc = path + suffix, child, child_exc
-                on_path.add(id(child))
-                break
-        else:
+    visited = {id(value)}
+    fallback: tuple[str, object, BaseException] | None = None
+    deadline = time.monotonic() + _MAX_WALK_SECONDS
+    while stack:
+        frame = stack[-1]
+        descended = False
+        if len(stack) <= _MAX_WALK_DEPTH:
+            for suffix, child in frame[3]:
+                if id(child) in on_path:
+                    frame[4] = True
+                    continue
+                if id(child) in visited or type(child) in _PLAIN_TYPES:
+                    continue
+                visited.add(id(child))
+                if time.monotonic() > deadline:
+                    break
+                child_exc = _pickle_error(child)
+                if child_exc is not None and not _is_recursion_error(child_exc):
+                    stack.append([frame[0] + suffix, child, child_exc, _children(child), False])
+                    on_path.add(id(child))
+                    descended = True
+                    break
+        if descended:
+            continue
+        path, obj, obj_exc, _, cycles_back = frame
+        if not cycles_back:
             return path, obj, obj_exc
-    return path, obj, obj_exc
+        if fallback is None:
+            fallback = (path, obj, obj_exc)
+        stack.pop()
+        on_path.discard(id(obj))
+    return fallback if fallback is not None else (name, value, exc)
 
 
 def _children(obj: object) -> Iterator[tuple[str, object]]:
     """The parts pickling ``obj`` would pickle, each with its path suffix."""
     t = type(obj)
     if isinstance(obj, dict):
-        for k, v in list(obj.items())[:10_000]:  # type: ignore[attr-defined]
+        for k, v in list(obj.items()):  # type: ignore[attr-defined]
             yield f"[{k!r}]", v
-        for k in list(obj)[:10_000]:  # type: ignore[call-overload]
+        for k in list(obj):  # type: ignore[call-overload]
             yield f" (the dict key {k!r})", k
         return
     if isinstance(obj, list | tuple):
-        for i, v in enumerate(obj[:10_000]):
+        for i, v in enumerate(obj):
             yield f"[{i}]", v
         return
     if isinstance(obj, set | frozenset):
-        for i, v in enumerate(list(obj)[:10_000]):
+        for i, v in enumerate(list(obj)):
             yield f" (set element {i})", v
         return
     if isinstance(obj, types.FunctionType):
@@ -563,7 +584,7 @@ def _children(obj: object) -> Iterator[tuple[str, object]]:
         return
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
-        for key, v in list(attrs.items())[:10_000]:
+        for key, v in list(attrs.items()):
             yield f".{key}", v
     for klass in t.__mro__:
         for slot in klass.__dict__.get("__slots__", ()):

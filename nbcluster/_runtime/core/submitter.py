@@ -68,8 +68,11 @@ class TaskRecord:
 class KeyQueue:
     """Ready tasks of one scheduling key and the leases that run them."""
 
-    def __init__(self, key: tuple[Any, ...], resources: dict[str, float], strategy: str) -> None:
+    def __init__(
+        self, key: tuple[Any, ...], resources: dict[str, float], strategy: str, pipeline: bool = True
+    ) -> None:
         self.key = key
+        self.pipeline = pipeline  # False for tasks whose workers exit after max_calls
         self.resources = resources
         self.strategy = strategy
         self.queue: collections.deque[TaskRecord] = collections.deque()
@@ -80,7 +83,7 @@ class KeyQueue:
         self.warned = False
 
     def depth(self, max_depth: int) -> int:
-        return max_depth if self.avg_duration < FAST_TASK_S else 1
+        return max_depth if self.pipeline and self.avg_duration < FAST_TASK_S else 1
 
 
 class Lease:
@@ -219,7 +222,9 @@ class Submitter:
             )
         kq = self.keys.get(rec.key)
         if kq is None:
-            kq = self.keys[rec.key] = KeyQueue(rec.key, rec.resources, rec.strategy)
+            kq = self.keys[rec.key] = KeyQueue(
+                rec.key, rec.resources, rec.strategy, pipeline=not rec.spec.max_calls
+            )
         kq.queue.append(rec)
         touched.add(rec.key)
 
@@ -323,7 +328,9 @@ class Submitter:
             kq.infeasible_since = None
             lease = Lease(kq, reply, address)
             try:
-                lease.call = client.core(reply.worker_address).PushTasks()
+                lease.call = client.core(reply.worker_address).PushTasks(
+                    metadata=(("nbc-lease", reply.lease_id.hex()),)
+                )
             except RpcError:
                 await self._return_lease_rpc(address, reply.lease_id, True)
                 self._pump(kq)
@@ -346,16 +353,8 @@ class Submitter:
             kq.warned = True
             names = sorted({rec.name for rec in kq.queue})[:3]
             text = f"Infeasible: task(s) {', '.join(names) or '?'} cannot be scheduled: {message}"
-            log.warning(text)
+            log.info(text)
             warnings.warn(text, exc.InfeasibleResourceWarning, stacklevel=1)
-            self._report_infeasible(text)
-
-    def _report_infeasible(self, text: str) -> None:
-        """Also print it, so a notebook user sees it under the cell even from the I/O thread."""
-        import sys
-
-        with contextlib.suppress(Exception):
-            print(f"nbcluster warning: {text}", file=sys.stderr, flush=True)
 
     async def _cancel_request(self, address: str, rid: bytes) -> None:
         with contextlib.suppress(RpcError):
@@ -472,7 +471,7 @@ class Submitter:
         else:
             self._complete(rec, reply)
         if lease.exiting and not lease.inflight:
-            self._return(lease, failed=False)
+            self._return(lease, failed=True)  # it is leaving: the node must not lease it again
 
     def _complete(self, rec: TaskRecord, reply: pb.TaskReply) -> None:
         client = self.client

@@ -47,6 +47,7 @@ class Lease:
     gpu_ids: list[int]
     owner: str
     job_id: bytes
+    gpu_share: float = 0.0  # per-id share held when the request was fractional
 
 
 @dataclasses.dataclass
@@ -58,6 +59,8 @@ class PendingLease:
     owner: str
     job_id: bytes
     lease_id: bytes
+    strategy: str = "DEFAULT"
+    allow_spill: bool = True
 
 
 # -- instructions -------------------------------------------------------------------------
@@ -117,7 +120,8 @@ class NodeState:
         self.address = address
         self.total = {k: float(v) for k, v in total.items() if v > 0}
         self.available = dict(self.total)
-        self.gpu_free = list(range(int(self.total.get("GPU", 0))))
+        # Free share of each GPU by index: whole GPUs go to one lease; fractions share an index.
+        self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(self.total.get("GPU", 0)))}
         self.prestart = prestart
         self.max_starting = max_starting
         self.new_id = new_id or (lambda: secrets.token_bytes(16))
@@ -163,7 +167,9 @@ class NodeState:
         if decision.action is Action.SPILL:
             assert decision.node is not None
             return [Redirect(request_id, "SPILLBACK", decision.node.address, decision.reason)]
-        self.pending[request_id] = PendingLease(request_id, request, owner, job_id, self.new_id())
+        self.pending[request_id] = PendingLease(
+            request_id, request, owner, job_id, self.new_id(), strategy, allow_spill
+        )
         return self._dispatch()
 
     def cancel_request(self, request_id: bytes) -> list[Instruction]:
@@ -183,15 +189,21 @@ class NodeState:
 
     def worker_exited(self, worker_id: bytes) -> list[Instruction]:
         """A worker process ended (crash, kill, or max_calls)."""
-        w = self.workers.pop(worker_id, None)
+        w = self.workers.get(worker_id)
         if w is None:
             return []
         if w.state is WorkerState.IDLE:
             self.idle.remove(worker_id)
         if w.lease_id is not None:
-            self._release(w.lease_id)
+            self._release(w.lease_id)  # while the record still says whether it was blocked
+        del self.workers[worker_id]
         w.state = WorkerState.DEAD
-        out: list[Instruction] = []
+        # Leases this worker held as an owner (of nested tasks) die with it.
+        out_owner: list[Instruction] = []
+        if w.address:
+            for lease in [le for le in self.leases.values() if le.owner == w.address]:
+                out_owner += self.return_lease(lease.lease_id)
+        out: list[Instruction] = out_owner
         if self._pool_size() < self.prestart:
             out.append(self._new_worker())
         return out + self._dispatch()
@@ -249,8 +261,25 @@ class NodeState:
             if name == "CPU" and blocked:
                 continue  # already given back while blocked
             self.available[name] = self.available.get(name, 0.0) + amount
-        self.gpu_free.extend(lease.gpu_ids)
-        self.gpu_free.sort()
+        share = lease.gpu_share or 1.0
+        for gid in lease.gpu_ids:
+            self.gpu_free[gid] = min(1.0, self.gpu_free.get(gid, 0.0) + share)
+
+    def _take_gpus(self, amount: float) -> tuple[list[int], float]:
+        """Pick GPU indices: whole GPUs for amounts >= 1, a shared index for a fraction."""
+        if amount <= 0:
+            return [], 0.0
+        if amount < 1.0 - EPS:
+            for gid in sorted(self.gpu_free):
+                if self.gpu_free[gid] >= amount - EPS:
+                    self.gpu_free[gid] -= amount
+                    return [gid], amount
+            return [], 0.0
+        whole = [gid for gid in sorted(self.gpu_free) if self.gpu_free[gid] >= 1.0 - EPS]
+        ids = whole[: int(amount + EPS)]
+        for gid in ids:
+            self.gpu_free[gid] = 0.0
+        return ids, 0.0
 
     def _dispatch(self) -> list[Instruction]:
         """Grant pending requests in arrival order where resources and a worker allow."""
@@ -261,8 +290,8 @@ class NodeState:
             room = {k: v - reserved.get(k, 0.0) for k, v in self.available.items()}
             if not fits(req.resources, room):
                 # Could another node take it now? Redirect rather than wait here.
-                if self.others:
-                    decision = pick_node(req.resources, self.view(), self.others)
+                if self.others and req.allow_spill:
+                    decision = pick_node(req.resources, self.view(), self.others, req.strategy)
                     if decision.action is Action.SPILL and decision.node is not None:
                         del self.pending[req.request_id]
                         out.append(Redirect(req.request_id, "SPILLBACK", decision.node.address, decision.reason))
@@ -274,11 +303,10 @@ class NodeState:
                 continue
             wid = self.idle.popleft()
             w = self.workers[wid]
-            n_gpus = int(req.resources.get("GPU", 0) + 1 - EPS) if req.resources.get("GPU", 0) > 0 else 0
-            gpu_ids, self.gpu_free = self.gpu_free[:n_gpus], self.gpu_free[n_gpus:]
+            gpu_ids, share = self._take_gpus(req.resources.get("GPU", 0.0))
             for name, amount in req.resources.items():
                 self.available[name] = self.available.get(name, 0.0) - amount
-            lease = Lease(req.lease_id, wid, req.resources, gpu_ids, req.owner, req.job_id)
+            lease = Lease(req.lease_id, wid, req.resources, gpu_ids, req.owner, req.job_id, share)
             self.leases[lease.lease_id] = lease
             w.state, w.lease_id = WorkerState.LEASED, lease.lease_id
             del self.pending[req.request_id]

@@ -1,1 +1,1 @@
-"""The per-node object store: files in shared memory (``store``) and their accounting (``state``)."""
+"""The per-node object store: files in shared memory (``store``), accounting (``state``)."""

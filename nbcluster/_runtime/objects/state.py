@@ -41,14 +41,11 @@ from typing import Literal
 __all__ = ["AccessDecision", "Decision", "Location", "StoreState", "StoreStats"]
 
 
-class Location(str, enum.Enum):
+class Location(enum.StrEnum):
     """Where an object's bytes are. Compares equal to its value (``"memory"``, ``"spilled"``)."""
 
     MEMORY = "memory"
     SPILLED = "spilled"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class _Phase(enum.Enum):
@@ -375,18 +372,14 @@ class StoreState:
 
     def _expect(self, entry: _Entry, phase: _Phase, object_id: bytes) -> None:
         if entry.phase is not phase:
-            raise ValueError(
-                f"object {object_id.hex()} is {entry.phase.value}, not {phase.value}"
-            )
+            raise ValueError(f"object {object_id.hex()} is {entry.phase.value}, not {phase.value}")
 
     def _full_message(self, size: int, reason: str) -> str:
         in_memory = [
             e for e in self._entries.values() if e.phase not in (_Phase.SPILLED, _Phase.RESTORING)
         ]
         used = sum(e.size for e in in_memory)
-        head = (
-            f"object of {_fmt_bytes(size)} does not fit in the {_fmt_bytes(self.capacity)} store"
-        )
+        head = f"object of {_fmt_bytes(size)} does not fit in the {_fmt_bytes(self.capacity)} store"
         if reason == "too big":
             return (
                 f"{head} (it is larger than the whole store); raise object_store_memory, "

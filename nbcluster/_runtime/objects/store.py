@@ -51,6 +51,7 @@ retries once when the disk is full.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import itertools
@@ -253,10 +254,8 @@ def restore_object(spill_dir: str, store_dir: str, object_id: bytes) -> int:
             _unlink_quiet(tmp)
             raise
         os.close(fd_out)
-        try:
+        with contextlib.suppress(FileExistsError):  # someone restored it first
             _seal(tmp, dst)
-        except FileExistsError:
-            pass
         _unlink_quiet(src)
         return size
     finally:
@@ -364,9 +363,7 @@ def _claim_recycled(store_dir: str, size: int, tmp: str) -> bool:
 
 
 def _temp_path(directory: str, object_id: bytes) -> str:
-    return os.path.join(
-        directory, f"{_TMP_PREFIX}{object_id.hex()}-{os.getpid()}-{next(_counter)}"
-    )
+    return os.path.join(directory, f"{_TMP_PREFIX}{object_id.hex()}-{os.getpid()}-{next(_counter)}")
 
 
 def _open_new(store_dir: str, tmp: str, size: int) -> int:
@@ -452,10 +449,8 @@ def _copy_fd_plain(fd_in: int, fd_out: int, size: int) -> None:
 
 
 def _unlink_quiet(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -473,31 +468,38 @@ def prepare_store_dir(
 
     The directory is ``<base_dir>/nbcluster-<session_name>/<node_id_hex>`` (mode 0700)
     when ``base_dir`` has at least ``capacity`` bytes free. Otherwise (Docker and Binder
-    give ``/dev/shm`` 64 MB) it is the same path under ``fallback_dir`` (default: the
-    system temporary directory), ``file_backed`` is True, and a
-    :class:`StoreFallbackWarning` is emitted once per session and base directory.
+    give ``/dev/shm`` 64 MB, or it is missing or not writable) it is the same path under
+    ``fallback_dir`` (default: the system temporary directory), ``file_backed`` is True,
+    and a :class:`StoreFallbackWarning` is emitted once per session and base directory.
+    Raises ``PermissionError`` if a directory on the path exists but is a symlink or
+    belongs to another user (``/dev/shm`` and ``/tmp`` are shared by everyone).
     """
     _check_name("session_name", session_name)
     _check_name("node_id_hex", node_id_hex)
     if capacity <= 0:
         raise ValueError(f"capacity must be positive, got {capacity}")
     free = _free_bytes(base_dir)
-    if free is not None and free >= capacity:
-        try:
-            return _private_dirs(base_dir, f"nbcluster-{session_name}", node_id_hex), False
-        except PermissionError:
-            pass
+    writable = free is not None and os.access(base_dir, os.W_OK | os.X_OK)
+    if writable and free >= capacity:  # type: ignore[operator]
+        return _private_dirs(base_dir, f"nbcluster-{session_name}", node_id_hex), False
     root = fallback_dir if fallback_dir is not None else tempfile.gettempdir()
     key = (session_name, base_dir)
     if key not in _fallback_warned:
         _fallback_warned.add(key)
-        have = "does not exist" if free is None else f"has only {_fmt_bytes(free)} free"
+        if free is None:
+            problem = "does not exist"
+        elif not writable:
+            problem = "is not writable"
+        else:
+            problem = (
+                f"has only {_fmt_bytes(free)} free, less than the {_fmt_bytes(capacity)} "
+                "the object store needs"
+            )
         warnings.warn(
-            f"{base_dir} {have}, less than the {_fmt_bytes(capacity)} object store, so the "
-            f"store uses ordinary files in {root}, which is slower. Give the container more "
-            "shared memory (docker run --shm-size=2g; Kubernetes: an emptyDir with medium "
-            "Memory on /dev/shm), or lower object_store_memory "
-            "(NBCLUSTER_OBJECT_STORE_MEMORY).",
+            f"{base_dir} {problem}, so the object store uses ordinary files in {root}, "
+            "which is slower. Give the container more shared memory (docker run "
+            "--shm-size=2g; Kubernetes: an emptyDir with medium Memory on /dev/shm), or lower "
+            "object_store_memory (NBCLUSTER_OBJECT_STORE_MEMORY).",
             StoreFallbackWarning,
             stacklevel=2,
         )
@@ -507,10 +509,8 @@ def prepare_store_dir(
 def remove_store_dir(store_dir: str) -> None:
     """Delete a store directory, and its session directory if that is then empty."""
     shutil.rmtree(store_dir, ignore_errors=True)
-    try:
+    with contextlib.suppress(OSError):  # not empty: other nodes of the session remain
         os.rmdir(os.path.dirname(store_dir.rstrip(os.sep)))
-    except OSError:
-        pass
 
 
 def default_store_capacity(base_dir: str = "/dev/shm") -> int:
@@ -536,19 +536,24 @@ def _usable_memory() -> int:
     return min(total, limit) if limit else total
 
 
-def _cgroup_memory_limit() -> int | None:
-    """The memory limit of this process's cgroup (v2, else v1), or ``None``."""
+def _cgroup_memory_limit(
+    proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
+) -> int | None:
+    """The memory limit of this process's cgroup (v2, else v1), or ``None`` if unlimited."""
     candidates = []
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(proc_cgroup) as f:
             for line in f:
                 if line.startswith("0::"):
                     rel = line[3:].strip().lstrip("/")
                     if rel:
-                        candidates.append(os.path.join("/sys/fs/cgroup", rel, "memory.max"))
+                        candidates.append(os.path.join(root, rel, "memory.max"))
     except OSError:
         pass
-    candidates += ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    candidates += [
+        os.path.join(root, "memory.max"),
+        os.path.join(root, "memory", "memory.limit_in_bytes"),
+    ]
     for path in candidates:
         try:
             with open(path) as f:
@@ -575,10 +580,8 @@ def _private_dirs(root: str, session_part: str, node_part: str) -> str:
     os.makedirs(root, _DIR_MODE, exist_ok=True)
     session_dir = os.path.join(root, session_part)
     for directory in (session_dir, os.path.join(session_dir, node_part)):
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(directory, _DIR_MODE)
-        except FileExistsError:
-            pass
         st = os.lstat(directory)
         if not os.path.isdir(directory) or os.path.islink(directory) or st.st_uid != os.getuid():
             raise PermissionError(

@@ -172,9 +172,11 @@ class AuthedStub:
         md = self._md
 
         def call(request: Any = None, **kwargs: Any) -> Any:
+            extra = kwargs.pop("metadata", None)
+            meta = md + tuple(extra) if extra else md
             if request is None:
-                return method(metadata=md, **kwargs)
-            return method(request, metadata=md, **kwargs)
+                return method(metadata=meta, **kwargs)
+            return method(request, metadata=meta, **kwargs)
 
         self.__dict__[name] = call
         return call

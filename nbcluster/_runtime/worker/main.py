@@ -7,12 +7,12 @@ streams from owners that hold a lease on this worker.
 
 from __future__ import annotations
 
-import _thread
 import asyncio
 import contextlib
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -50,6 +50,7 @@ class WorkerService(CoreWorkerService):
 
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
         stream = _Stream(asyncio.get_running_loop())
+        lease_hex = dict(context.invocation_metadata() or ()).get("nbc-lease", "")
 
         async def pump_in() -> None:
             try:
@@ -79,6 +80,19 @@ class WorkerService(CoreWorkerService):
         finally:
             reader.cancel()
             self.executor.drop_stream(stream)
+            if self.executor.owns_work(stream):
+                # The owner is gone while its task runs here: share its fate (Ray does the
+                # same); the node sees this worker exit, frees the lease and replaces it.
+                log.warning("owner disconnected with tasks in flight; exiting")
+                asyncio.get_running_loop().call_later(0.05, os._exit, 1)
+            elif lease_hex:
+                # The owner hung up (done, or dead): make sure the node gets the lease back.
+                # Returning a lease twice is harmless; the node ignores unknown lease ids.
+                asyncio.get_running_loop().create_task(self._return_lease(bytes.fromhex(lease_hex)))
+
+    async def _return_lease(self, lease_id: bytes) -> None:
+        with contextlib.suppress(RpcError):
+            await self.client.node().ReturnWorkerLease(pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10)
 
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
         self.executor.cancel(request.task_id)
@@ -98,6 +112,7 @@ class Executor:
         self.functions: dict[bytes, Any] = {}
         self.calls: dict[bytes, int] = {}
         self.running: bytes = b""
+        self.running_stream: _Stream | None = None
         self.cancelled: set[bytes] = set()
         self.blocked = False
         self.exit_after_reply = threading.Event()
@@ -121,23 +136,37 @@ class Executor:
     def drop_stream(self, stream: _Stream) -> None:
         stream.open = False
 
+    def owns_work(self, stream: _Stream) -> bool:
+        """True when a task from ``stream`` is running or queued here."""
+        with self._lock:
+            if self.running_stream is stream:
+                return True
+            return any(st is stream for _, st in self.pending.values())
+
     def cancel(self, task_id: bytes) -> None:
         with self._lock:
             if task_id == self.running:
                 self.cancelled.add(task_id)
-                _thread.interrupt_main()
+                # A real SIGINT aimed at the main thread also wakes it from sleep() and
+                # blocking calls, which _thread.interrupt_main() would not.
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
             elif task_id in self.pending:
                 self.cancelled.add(task_id)
 
     # -- called by the task's thread while it blocks in get/wait ----------------------------
+    def requeue_pending(self) -> None:
+        """Hand every queued, not started task back to its owner."""
+        with self._lock:
+            requeue = list(self.pending.values())
+            self.pending.clear()
+        for spec, stream in requeue:
+            stream.loop.call_soon_threadsafe(stream.replies.put_nowait, self._requeue_reply(spec))
+
     def set_blocked(self, blocked: bool) -> None:
         with self._lock:
             self.blocked = blocked
-            requeue = list(self.pending.values()) if blocked else []
-            if blocked:
-                self.pending.clear()
-        for spec, stream in requeue:
-            stream.loop.call_soon_threadsafe(stream.replies.put_nowait, self._requeue_reply(spec))
+        if blocked:
+            self.requeue_pending()
         with contextlib.suppress(Exception):
             self.client.run(
                 lambda: self.client.node().NotifyBlocked(
@@ -158,12 +187,15 @@ class Executor:
                     if self.pending.pop(spec.task_id, None) is None:
                         continue  # requeued to the owner while we were blocked
                     self.running = spec.task_id
+                    self.running_stream = stream
                 reply = self.execute(spec)
                 with self._lock:
                     self.running = b""
+                    self.running_stream = None
                     self.cancelled.discard(spec.task_id)
                 stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
                 if reply.worker_exiting:
+                    self.requeue_pending()
                     self.exit_after_reply.wait(5)
                     time.sleep(0.05)
                     os._exit(0)
