@@ -176,6 +176,11 @@ class CoreClient:
             if self.server is not None:
                 await self.server.stop(grace=0.1)
             await self.channels.close()
+            me = asyncio.current_task()
+            others = [t for t in asyncio.all_tasks() if t is not me]
+            for t in others:
+                t.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             self.run(_stop(), timeout=5)
