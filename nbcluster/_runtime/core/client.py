@@ -118,6 +118,7 @@ class CoreClient:
     # -- life cycle ------------------------------------------------------------------------
     def start(self, servicer_factory: Callable[[CoreClient], Any] | None = None) -> None:
         """Start the I/O thread, our CoreWorker server, and learn the local node."""
+        _raise_fd_limit()  # every mapped store object holds a descriptor
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run_loop, args=(ready,), name="nbcluster-io", daemon=True)
         self.thread.start()
@@ -302,7 +303,10 @@ class CoreClient:
             )
         except RpcError as err:
             raise to_exception(err, Peer.NODE, "CreateObject") from None
-        objstore.write_object(self.store_dir, object_id, sv)
+        try:
+            objstore.write_object(self.store_dir, object_id, sv)
+        except FileExistsError:
+            pass  # a retried task wrote the same object again: it is already stored
         self.run(lambda: self.node().SealObject(pb.SealObjectRequest(object_id=object_id, size=sv.total_size), timeout=60))
 
     # -- reading values ------------------------------------------------------------------------
@@ -464,6 +468,15 @@ class CoreClient:
     # -- cluster info ----------------------------------------------------------------------------
     def hostname(self) -> str:
         return socket.gethostname()
+
+
+def _raise_fd_limit() -> None:
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _as_raisable(value: Any) -> BaseException:

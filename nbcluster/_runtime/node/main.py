@@ -131,7 +131,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     await service.workers.stop_all()
     await link.unregister()
     await server.stop(grace=0.2)
-    shutil.rmtree(store_dir, ignore_errors=True)
+    objstore.remove_store_dir(store_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)
     node_file.unlink(missing_ok=True)
     log.info("node stopped")
