@@ -253,19 +253,25 @@ def serialize(value: object, *, what: str = "value", name: str = "value") -> Ser
     return _serialize_slow(value, what, name)
 
 
-def _plain_items(value: Any, t: type) -> bool:
-    """True if a small list/tuple/dict holds only ``_PLAIN_TYPES`` (a shallow check)."""
+def _plain_items(value: Any, t: type, depth: int = 2) -> bool:
+    """True if a small list/tuple/dict holds only ``_PLAIN_TYPES``, or such containers
+    nested at most ``depth`` levels (so a task's ``(args, kwargs)`` takes the fast path)."""
     if len(value) > _PLAIN_MAX_ITEMS:
         return False
     plain = _PLAIN_TYPES
+    containers = _PLAIN_CONTAINERS
     # Loops, not all(): a generator costs more than the check itself here.
     if t is dict:
-        for k, v in value.items():  # noqa: SIM110
-            if type(k) not in plain or type(v) not in plain:
+        for k, v in value.items():
+            if type(k) not in plain:
+                return False
+            tv = type(v)
+            if tv not in plain and not (depth and tv in containers and _plain_items(v, tv, depth - 1)):
                 return False
         return True
-    for x in value:  # noqa: SIM110
-        if type(x) not in plain:
+    for x in value:
+        tx = type(x)
+        if tx not in plain and not (depth and tx in containers and _plain_items(x, tx, depth - 1)):
             return False
     return True
 

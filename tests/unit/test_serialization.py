@@ -120,7 +120,9 @@ def test_plain_fast_path_is_used_only_for_builtin_types() -> None:
     assert type(serialize(5)) is not SerializedValue  # the fast-path subclass
     assert type(serialize((1, "a", None))) is not SerializedValue
     assert type(serialize({"a": 1.5})) is not SerializedValue
-    for value in (MyInt(5), [1, [2]], (lambda: 1), list(range(100)), {"a": object()}):
+    # nested plain containers (a task's (args, kwargs)) take the fast path too
+    assert type(serialize(((1, "a"), {"k": [2]}))) is not SerializedValue
+    for value in (MyInt(5), [[[[1]]]], (lambda: 1), list(range(100)), {"a": object()}, ((MyInt(1),), {})):
         assert type(serialize(value)) is SerializedValue
     assert roundtrip(MyInt(5)) == 5 and type(roundtrip(MyInt(5))).__name__ == "MyInt"
 

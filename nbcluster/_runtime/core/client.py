@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import proc
-from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release
+from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release, Waiter
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import AuthedStub, bind, make_channel, make_server, pb, pb_grpc
@@ -419,30 +419,27 @@ class CoreClient:
         deadline: float | None,
     ) -> None:
         """Block until ``num_returns`` of ``entries`` are ready or the deadline passes."""
+        with self.table.lock:
+            pending = [e for e in entries if e.state != READY]
+            needed = num_returns - (len(entries) - len(pending))
+            if needed <= 0:
+                return
+            waiter = Waiter(needed)
+            for e in pending:
+                if e.waiters is None:
+                    e.waiters = []
+                e.waiters.append(waiter)
         blocked = False
         try:
-            while True:
-                ev = threading.Event()
-                with self.table.lock:
-                    ready = 0
-                    for e in entries:
-                        if e.state == READY:
-                            ready += 1
-                    if ready >= num_returns:
-                        return
-                    for e in entries:
-                        if e.state != READY:
-                            if e.waiters is None:
-                                e.waiters = []
-                            e.waiters.append(ev)
-                if not blocked and self.mode == "worker":
-                    blocked = True
-                    self.on_blocked(True)
+            if self.mode == "worker":
+                blocked = True
+                self.on_blocked(True)
+            while not waiter.event.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return
                 # Short slices keep Ctrl-C (KeyboardInterrupt) responsive in the main thread.
-                ev.wait(0.1 if remaining is None else min(0.1, remaining))
+                waiter.event.wait(0.1 if remaining is None else min(0.1, remaining))
         finally:
             if blocked:
                 self.on_blocked(False)

@@ -59,7 +59,7 @@ class Entry:
         self.borrowers: set[str] = set()  # other processes holding refs (owned objects)
         self.escaped = False  # serialized into another object: pinned for the owner's lifetime
         self.event: threading.Event | None = None
-        self.waiters: list[threading.Event] | None = None
+        self.waiters: list[Any] | None = None  # Waiter objects of user threads
         self.dependents: list[Any] | None = None  # tasks waiting for this object (loop thread)
         self.task: Any = None  # the task that produces it (lineage, cancel)
         self.buffer: memoryview | None = None  # mapped store bytes, kept while the entry lives
@@ -215,7 +215,32 @@ class OwnershipTable:
         """Wake user threads waiting on ``entry`` (call after ``set_ready``)."""
         if entry.event is not None:
             entry.event.set()
-        if entry.waiters:
-            for ev in entry.waiters:
-                ev.set()
+        waiters = entry.waiters
+        if waiters:
             entry.waiters = None
+            for w in waiters:
+                w.hit()
+
+
+class Waiter:
+    """Counts down as the objects it waits for become ready; set when enough are."""
+
+    __slots__ = ("remaining", "event", "_lock")
+
+    def __init__(self, needed: int) -> None:
+        self.remaining = needed
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        if needed <= 0:
+            self.event.set()
+
+    def hit(self) -> None:
+        """One more object is ready."""
+        with self._lock:
+            self.remaining -= 1
+            if self.remaining <= 0:
+                self.event.set()
+
+    def set(self) -> None:
+        """Wake the waiter unconditionally."""
+        self.event.set()

@@ -78,6 +78,7 @@ class KeyQueue:
         self.queue: collections.deque[TaskRecord] = collections.deque()
         self.leases: list[Lease] = []
         self.requests: dict[bytes, str] = {}  # request id -> node address
+        self.cancelling: set[bytes] = set()  # requests we asked the node to drop
         self.avg_duration = 1.0  # unknown: assume slow (no pipelining) until measured
         self.infeasible_since: float | None = None
         self.warned = False
@@ -258,12 +259,14 @@ class Submitter:
         spare = sum(
             max(0, depth - len(le.inflight)) for le in kq.leases if not (le.dead or le.exiting or le.returned)
         )
-        want = min(len(queue) - spare, MAX_LEASE_REQUESTS) - len(kq.requests)
+        want = min(len(queue) - spare, MAX_LEASE_REQUESTS) - (len(kq.requests) - len(kq.cancelling))
         for _ in range(max(0, want)):
             self._request_lease(kq, self.client.node_address, spill=True)
         if not queue:
             for rid, address in list(kq.requests.items()):
-                self.client.loop.create_task(self._cancel_request(address, rid))
+                if rid not in kq.cancelling:
+                    kq.cancelling.add(rid)
+                    self.client.loop.create_task(self._cancel_request(address, rid))
             for lease in kq.leases:
                 if not lease.inflight and lease.idle_handle is None and not lease.returned:
                     self._schedule_return(lease)
@@ -313,6 +316,7 @@ class Submitter:
             )
         except RpcError as err:
             kq.requests.pop(rid, None)
+            kq.cancelling.discard(rid)
             if self.closed:
                 return
             log.warning("lease request to %s failed: %s", address, err.code().name)
@@ -320,6 +324,7 @@ class Submitter:
             self._pump(kq)
             return
         kq.requests.pop(rid, None)
+        kq.cancelling.discard(rid)
         if self.closed:
             if reply.status == pb.LeaseReply.GRANTED:
                 await self._return_lease_rpc(address, reply.lease_id, False)
