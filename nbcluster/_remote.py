@@ -230,6 +230,9 @@ def submit_task(
     rec.retries_left = opts.max_retries
     rec.dep_ids = [r.binary() for r in dep_refs]
     rec.nested_ids = nested
+    provider = client.submit_context
+    if provider is not None:
+        rec.context = provider()
     for oid in return_ids:
         client.table.create_owned(oid, task=rec)
     client.table.add_submitted(rec.dep_ids + nested)

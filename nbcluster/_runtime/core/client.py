@@ -114,6 +114,10 @@ class CoreClient:
 
         self.submitter = Submitter(self)
         self.service: Any = None  # CoreWorker servicer (worker mode installs its own)
+        # Where task output goes: handler(submit_context, task_name, LogRecord). The Jupyter
+        # layer replaces both hooks to send output to the cell that submitted the task.
+        self.output_handler: Callable[[Any, str, Any], None] = print_task_output
+        self.submit_context: Callable[[], Any] | None = None
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self, servicer_factory: Callable[[CoreClient], Any] | None = None) -> None:
@@ -465,6 +469,23 @@ class CoreClient:
     # -- cluster info ----------------------------------------------------------------------------
     def hostname(self) -> str:
         return socket.gethostname()
+
+
+def print_task_output(context: Any, name: str, record: Any) -> None:
+    """Default output handler: print with a ``(name pid=N)`` prefix, as Ray does."""
+    import sys
+
+    out = sys.stderr if record.stream == "stderr" else sys.stdout
+    prefix = f"({name} pid={record.pid}) "
+    text = record.text
+    if text:
+        lines = text.splitlines(keepends=True)
+        out.write("".join(prefix + line for line in lines))
+        if not text.endswith("\n"):
+            out.write("\n")
+    if record.dropped_lines:
+        out.write(f"{prefix}[... {record.dropped_lines} more lines folded by the output rate limit ...]\n")
+    out.flush()
 
 
 def _raise_fd_limit() -> None:

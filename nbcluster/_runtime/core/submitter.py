@@ -55,6 +55,7 @@ class TaskRecord:
         "name",
         "done",
         "submitted_at",
+        "context",
     )
 
     def __init__(self) -> None:
@@ -63,6 +64,7 @@ class TaskRecord:
         self.force_cancel = False
         self.lease: Lease | None = None
         self.done = False
+        self.context: Any = None  # who submitted it (e.g. the notebook cell), for output
 
 
 class KeyQueue:
@@ -372,6 +374,8 @@ class Submitter:
                 batch = await call.read()
                 if batch is None or batch is _EOF():
                     break
+                for record in batch.logs:
+                    self._on_log(record)
                 touched = False
                 for reply in batch.replies:
                     touched = True
@@ -382,6 +386,14 @@ class Submitter:
             log.debug("stream from worker ended: %r", err)
         if not lease.returned:
             self._lease_failed(lease)
+
+    def _on_log(self, record: pb.LogRecord) -> None:
+        rec = self.tasks.get(record.task_id)
+        handler = self.client.output_handler
+        try:
+            handler(rec.context if rec is not None else None, rec.name if rec else "task", record)
+        except Exception:  # noqa: BLE001 - output must never break the task stream
+            log.exception("output handler failed")
 
     def _schedule_return(self, lease: Lease) -> None:
         others_waiting = any(k.requests for k in self.keys.values() if k is not lease.kq)

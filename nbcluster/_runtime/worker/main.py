@@ -27,18 +27,28 @@ from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize, serialize
+from nbcluster._runtime.worker.output import FLUSH_INTERVAL_S, OutputCapture
+from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
 
 
 class _Stream:
-    """One owner's PushTasks stream: where replies for its tasks go."""
+    """One owner's PushTasks stream: where replies (and output) for its tasks go."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.replies: asyncio.Queue[pb.TaskReply | None] = asyncio.Queue()
+        self.replies: asyncio.Queue[pb.TaskReply | pb.LogRecord | None] = asyncio.Queue()
         self.open = True
+
+    def send_logs(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
+        """Queue output records (call on the loop)."""
+        pid = os.getpid()
+        for name, text, dropped in chunks:
+            self.replies.put_nowait(
+                pb.LogRecord(task_id=task_id, stream=name, text=text, dropped_lines=dropped, pid=pid)
+            )
 
 
 class WorkerService(CoreWorkerService):
@@ -69,13 +79,19 @@ class WorkerService(CoreWorkerService):
                     if not stream.open and stream.replies.empty():
                         break
                     continue
-                batch = [reply]
-                while not stream.replies.empty():
-                    more = stream.replies.get_nowait()
-                    if more is not None:
-                        batch.append(more)
-                yield pb.ReplyBatch(replies=batch)
-                if any(r.worker_exiting for r in batch):
+                replies: list[pb.TaskReply] = []
+                logs: list[pb.LogRecord] = []
+                item: Any = reply
+                while True:
+                    if isinstance(item, pb.LogRecord):
+                        logs.append(item)
+                    elif item is not None:
+                        replies.append(item)
+                    if stream.replies.empty():
+                        break
+                    item = stream.replies.get_nowait()
+                yield pb.ReplyBatch(replies=replies, logs=logs)
+                if any(r.worker_exiting for r in replies):
                     self.executor.exit_after_reply.set()
         finally:
             reader.cancel()
@@ -120,6 +136,7 @@ class Executor:
         self.events_lock = threading.Lock()
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
+        self.output = OutputCapture()
 
     # -- called on the I/O loop ------------------------------------------------------------
     def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
@@ -188,7 +205,13 @@ class Executor:
                         continue  # requeued to the owner while we were blocked
                     self.running = spec.task_id
                     self.running_stream = stream
-                reply = self.execute(spec)
+                self.output.begin(spec.task_id, stream)
+                try:
+                    reply = self.execute(spec)
+                finally:
+                    task_id, _, rest = self.output.end()
+                    if rest:
+                        stream.loop.call_soon_threadsafe(stream.send_logs, task_id, rest)
                 with self._lock:
                     self.running = b""
                     self.running_stream = None
@@ -373,6 +396,14 @@ class WorkerClient(CoreClient):
         return self.map_from_store(loc.object_id, entry)
 
 
+async def _flush_output(executor: Executor) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_INTERVAL_S)
+        task_id, sink, chunks = executor.output.drain()
+        if chunks and sink is not None:
+            sink.send_logs(task_id, chunks)
+
+
 async def _flush_events(client: CoreClient, executor: Executor) -> None:
     while True:
         await asyncio.sleep(1.0)
@@ -418,6 +449,8 @@ def main() -> None:
     if parent_fd >= 0:
         client.loop.call_soon_threadsafe(proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1))
     asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
+    asyncio.run_coroutine_threadsafe(_flush_output(executor), client.loop)
+    install_output(executor.output)
     executor.run_forever()
 
 

@@ -571,6 +571,20 @@ class TaskReply(_message.Message):
     node_id: bytes
     def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., returns: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., is_error: _Optional[bool] = ..., retryable: _Optional[bool] = ..., worker_exiting: _Optional[bool] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., cancelled: _Optional[bool] = ..., worker_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., requeued: _Optional[bool] = ..., node_id: _Optional[bytes] = ...) -> None: ...
 
+class LogRecord(_message.Message):
+    __slots__ = ("task_id", "stream", "text", "dropped_lines", "pid")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_LINES_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    task_id: bytes
+    stream: str
+    text: str
+    dropped_lines: int
+    pid: int
+    def __init__(self, task_id: _Optional[bytes] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., dropped_lines: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
+
 class TaskBatch(_message.Message):
     __slots__ = ("tasks",)
     TASKS_FIELD_NUMBER: _ClassVar[int]
@@ -578,10 +592,12 @@ class TaskBatch(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ...) -> None: ...
 
 class ReplyBatch(_message.Message):
-    __slots__ = ("replies",)
+    __slots__ = ("replies", "logs")
     REPLIES_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
     replies: _containers.RepeatedCompositeFieldContainer[TaskReply]
-    def __init__(self, replies: _Optional[_Iterable[_Union[TaskReply, _Mapping]]] = ...) -> None: ...
+    logs: _containers.RepeatedCompositeFieldContainer[LogRecord]
+    def __init__(self, replies: _Optional[_Iterable[_Union[TaskReply, _Mapping]]] = ..., logs: _Optional[_Iterable[_Union[LogRecord, _Mapping]]] = ...) -> None: ...
 
 class ObjectStatusRequest(_message.Message):
     __slots__ = ("object_id", "timeout")

@@ -1,0 +1,142 @@
+"""Capture what tasks print and hand it to the I/O loop in rate-limited chunks.
+
+``sys.stdout`` and ``sys.stderr`` of a worker are replaced by :class:`TaskStream` objects.
+While a task runs, what it writes (from any thread, and through ``logging``) is buffered
+for that task; the I/O loop drains the buffers every ``FLUSH_INTERVAL_S`` and at the end
+of the task, and sends them to the task's owner on the task stream. At most
+``MAX_LINES_PER_FLUSH`` lines per stream and interval go out; the rest are counted and
+reported as folded, so a task printing 100,000 lines cannot flood the notebook.
+Outside a task, writes go to the worker's log file.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from typing import Any, TextIO
+
+FLUSH_INTERVAL_S = 0.1
+MAX_LINES_PER_FLUSH = 200
+MAX_CHARS_PER_FLUSH = 64 * 1024
+
+
+class _Buffer:
+    __slots__ = ("parts", "lines", "chars", "dropped")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.lines = 0
+        self.chars = 0
+        self.dropped = 0
+
+
+class OutputCapture:
+    """Per-task output buffers shared by the two streams."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.task_id = b""
+        self.sink: Any = None  # where the running task's output goes (its stream)
+        self._bufs: dict[str, _Buffer] = {"stdout": _Buffer(), "stderr": _Buffer()}
+
+    def begin(self, task_id: bytes, sink: Any) -> None:
+        """A task starts: its output goes to ``sink``."""
+        with self._lock:
+            self.task_id = task_id
+            self.sink = sink
+
+    def end(self) -> tuple[bytes, Any, list[tuple[str, str, int]]]:
+        """A task ended: return (task id, sink, the rest of its output)."""
+        with self._lock:
+            out = self._drain_locked()
+            task_id, sink = self.task_id, self.sink
+            self.task_id, self.sink = b"", None
+        return task_id, sink, out
+
+    def drain(self) -> tuple[bytes, Any, list[tuple[str, str, int]]]:
+        """Take what the running task wrote since the last drain."""
+        with self._lock:
+            return self.task_id, self.sink, self._drain_locked()
+
+    def _drain_locked(self) -> list[tuple[str, str, int]]:
+        out = []
+        for name, buf in self._bufs.items():
+            if buf.parts or buf.dropped:
+                out.append((name, "".join(buf.parts), buf.dropped))
+                self._bufs[name] = _Buffer()
+        return out
+
+    def write(self, name: str, text: str) -> bool:
+        """Buffer ``text`` for the running task; False when no task runs."""
+        with self._lock:
+            if not self.task_id:
+                return False
+            buf = self._bufs[name]
+            if buf.lines >= MAX_LINES_PER_FLUSH or buf.chars >= MAX_CHARS_PER_FLUSH:
+                buf.dropped += text.count("\n")
+                return True
+            buf.parts.append(text)
+            buf.lines += text.count("\n")
+            buf.chars += len(text)
+            return True
+
+
+class TaskStream(io.TextIOBase):
+    """A text stream that sends task output to the capture, and the rest to ``fallback``."""
+
+    def __init__(self, name: str, capture: OutputCapture, fallback: TextIO) -> None:
+        self.name_ = name
+        self.capture = capture
+        self.fallback = fallback
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if not self.capture.write(self.name_, text):
+            self.fallback.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.fallback.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def fileno(self) -> int:
+        return self.fallback.fileno()
+
+
+class _CurrentStderr:
+    """Resolves ``sys.stderr`` at write time, so ``logging`` output is captured too."""
+
+    def write(self, text: str) -> int:
+        import sys
+
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        import sys
+
+        sys.stderr.flush()
+
+
+def install(capture: OutputCapture) -> None:
+    """Route this process's stdout/stderr (and user ``logging``) through ``capture``."""
+    import sys
+
+    sys.stdout = TaskStream("stdout", capture, sys.__stdout__)  # type: ignore[arg-type]
+    sys.stderr = TaskStream("stderr", capture, sys.__stderr__)  # type: ignore[arg-type]
+    root = logging.getLogger()
+    root.handlers[:] = [logging.StreamHandler(_CurrentStderr())]  # type: ignore[arg-type]
+    # nbcluster's own logs go to the worker's log file, never to the user.
+    own = logging.getLogger("nbcluster")
+    own.propagate = False
+    own.handlers[:] = [logging.StreamHandler(sys.__stderr__)]
