@@ -276,7 +276,7 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
     entries = client.ensure_tracked(refs)
     deadline = None if timeout is None else time.monotonic() + timeout
-    client.wait_entries(entries, len(entries), deadline)
+    _interruptible_wait(client, entries, len(entries), deadline)
     missing = sum(1 for e in entries if e.state != 1)
     if missing:
         raise exc.GetTimeoutError(
@@ -291,6 +291,16 @@ async def get_async(ref: ObjectRef) -> Any:
     """Await a ref's value from asyncio code (``await ref`` uses this)."""
     client = context.require_client()
     return await asyncio.wrap_future(client.as_future(ref))
+
+
+def _interruptible_wait(client: CoreClient, entries: Any, n: int, deadline: float | None) -> None:
+    try:
+        client.wait_entries(entries, n, deadline)
+    except KeyboardInterrupt:
+        handler = getattr(client, "interrupt_handler", None)
+        if handler is not None:
+            handler()
+        raise
 
 
 def put(value: Any) -> ObjectRef:
@@ -341,7 +351,7 @@ def wait(
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
     entries = client.ensure_tracked(refs)
     deadline = None if timeout is None else time.monotonic() + timeout
-    client.wait_entries(entries, num_returns, deadline)
+    _interruptible_wait(client, entries, num_returns, deadline)
     ready, not_ready = [], []
     for r, e in zip(refs, entries, strict=True):
         if e.state == 1 and len(ready) < num_returns:

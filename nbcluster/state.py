@@ -1,0 +1,256 @@
+"""Read-only introspection of the cluster, plus the hooks the Jupyter layer plugs into.
+
+This module is what ``nbcluster.jupyter`` (magics, reprs, widgets) and the server
+extension use; they never reach into ``nbcluster._runtime``. Everything here needs a
+connected driver (``nbcluster.init()``), except :func:`is_connected`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from nbcluster._refs import ObjectRef
+from nbcluster._runtime import context
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.rpc import pb
+
+__all__ = [
+    "TaskEvent",
+    "OutputRecord",
+    "ObjectInfo",
+    "NodeStats",
+    "is_connected",
+    "session_info",
+    "task_events",
+    "node_stats",
+    "owned_objects",
+    "ref_info",
+    "set_output_handler",
+    "set_submit_context_provider",
+    "set_interrupt_handler",
+    "cancel_tasks",
+    "pending_tasks",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskEvent:
+    """One finished task attempt, as recorded by the head (for timelines)."""
+
+    task_id: str
+    job_id: str
+    name: str
+    node_id: str
+    worker_id: str
+    worker_pid: int
+    state: str
+    start_time: float
+    end_time: float
+    parent_task_id: str
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputRecord:
+    """Text a task wrote to stdout or stderr (``dropped_lines`` folded by the rate limit)."""
+
+    task_name: str
+    stream: str
+    text: str
+    dropped_lines: int
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    """An object owned by this driver."""
+
+    object_id: str
+    state: str  # "pending", "ready" or "failed"
+    size: int
+    in_store: bool
+    node_id: str
+    local_refs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStats:
+    """Resources and object-store use of one node."""
+
+    node_id: str
+    name: str
+    address: str
+    alive: bool
+    total: dict[str, float]
+    available: dict[str, float]
+    store_capacity: int
+    store_used: int
+    store_spilled: int
+    num_workers: int
+
+
+def is_connected() -> bool:
+    """True when this process has a driver connection."""
+    return context.current_client() is not None
+
+
+def session_info() -> dict[str, Any]:
+    """Address, session directory and ids of the current connection."""
+    client = context.require_client()
+    info = client.info  # type: ignore[attr-defined]
+    return {
+        "address": info.address,
+        "session_dir": info.session_dir,
+        "node_id": info.node_id,
+        "job_id": info.job_id,
+        "started_here": info.started_here,
+    }
+
+
+def _call(fn: Callable[[Any], Any], what: str) -> Any:
+    client = context.require_client()
+    try:
+        return client.run(lambda: fn(client.head()))
+    except RpcError as err:
+        raise to_exception(err, Peer.HEAD, what) from None
+
+
+def task_events(job_id: str | None = None, limit: int = 0) -> tuple[list[TaskEvent], int]:
+    """Finished task attempts known to the head (oldest first), and how many were dropped."""
+    req = pb.GetTaskEventsRequest(job_id=bytes.fromhex(job_id) if job_id else b"", limit=limit)
+    reply = _call(lambda h: h.GetTaskEvents(req, timeout=10), "GetTaskEvents")
+    events = [
+        TaskEvent(
+            task_id=e.task_id.hex(),
+            job_id=e.job_id.hex(),
+            name=e.name,
+            node_id=e.node_id.hex(),
+            worker_id=e.worker_id.hex(),
+            worker_pid=e.worker_pid,
+            state=e.state,
+            start_time=e.start_time,
+            end_time=e.end_time,
+            parent_task_id=e.parent_task_id.hex(),
+            attempt=e.attempt,
+        )
+        for e in reply.events
+    ]
+    return events, reply.dropped
+
+
+def node_stats() -> list[NodeStats]:
+    """Every live node's resources and store use (as of its last heartbeat)."""
+    reply = _call(lambda h: h.GetNodes(pb.GetNodesRequest(), timeout=10), "GetNodes")
+    return [
+        NodeStats(
+            node_id=n.node_id.hex(),
+            name=n.node_name,
+            address=n.address,
+            alive=n.alive,
+            total=dict(n.total),
+            available=dict(n.available),
+            store_capacity=n.store_capacity,
+            store_used=n.store_used,
+            store_spilled=n.store_spilled,
+            num_workers=n.num_workers,
+        )
+        for n in reply.nodes
+    ]
+
+
+def _object_info(oid: bytes, entry: Any) -> ObjectInfo:
+    if entry.state == 0:
+        state = "pending"
+    elif entry.exc is not None or entry.is_error:
+        state = "failed"
+    else:
+        state = "ready"
+    return ObjectInfo(
+        object_id=oid.hex(),
+        state=state,
+        size=entry.size,
+        in_store=entry.in_store,
+        node_id=entry.node_id.hex(),
+        local_refs=entry.local,
+    )
+
+
+def owned_objects() -> list[ObjectInfo]:
+    """Objects this driver owns, largest first."""
+    client = context.require_client()
+    with client.table.lock:
+        items = [(oid, e) for oid, e in client.table.entries.items() if e.owned]
+    infos = [_object_info(oid, e) for oid, e in items]
+    infos.sort(key=lambda i: i.size, reverse=True)
+    return infos
+
+
+def ref_info(ref: ObjectRef) -> ObjectInfo | None:
+    """State, size and location of ``ref`` as this process knows it (None if unknown)."""
+    client = context.current_client()
+    if client is None:
+        return None
+    entry = client.table.get(ref.binary())
+    return None if entry is None else _object_info(ref.binary(), entry)
+
+
+def set_output_handler(handler: Callable[[Any, OutputRecord], None] | None) -> None:
+    """Send task output to ``handler(submit_context, record)`` instead of printing it.
+
+    ``submit_context`` is what the provider set with :func:`set_submit_context_provider`
+    returned when the task was submitted (None for tasks submitted by other processes).
+    The handler runs on the I/O thread; it must be quick and must not block.
+    """
+    from nbcluster._runtime.core.client import print_task_output
+
+    client = context.require_client()
+    if handler is None:
+        client.output_handler = print_task_output
+        return
+
+    def adapt(ctx: Any, name: str, record: Any) -> None:
+        handler(
+            ctx,
+            OutputRecord(
+                task_name=name,
+                stream=record.stream,
+                text=record.text,
+                dropped_lines=record.dropped_lines,
+                pid=record.pid,
+            ),
+        )
+
+    client.output_handler = adapt
+
+
+def set_submit_context_provider(provider: Callable[[], Any] | None) -> None:
+    """Record ``provider()`` with every task this driver submits (e.g. the current cell)."""
+    context.require_client().submit_context = provider
+
+
+def set_interrupt_handler(handler: Callable[[], None] | None) -> None:
+    """Call ``handler()`` when ``get``/``wait`` is interrupted (KeyboardInterrupt)."""
+    context.require_client().interrupt_handler = handler  # type: ignore[attr-defined]
+
+
+def pending_tasks(predicate: Callable[[Any], bool] | None = None) -> list[str]:
+    """Hex ids of this driver's unfinished tasks whose submit context matches ``predicate``."""
+    client = context.require_client()
+    while True:
+        try:  # the I/O thread may change the table while we copy it
+            recs = list(client.submitter.tasks.values())
+            break
+        except RuntimeError:
+            continue
+    return [r.task_id.hex() for r in recs if not r.done and (predicate is None or predicate(r.context))]
+
+
+def cancel_tasks(predicate: Callable[[Any], bool], force: bool = False) -> int:
+    """Cancel this driver's unfinished tasks whose submit context matches; return how many."""
+    client = context.require_client()
+    ids = pending_tasks(predicate)
+    for tid in ids:
+        client.submitter.cancel(bytes.fromhex(tid), force)
+    return len(ids)
