@@ -192,6 +192,28 @@ class LocalCluster:
         self._wait_nodes(timeout)
         return p
 
+    def remove_node(self, timeout: float = 10.0) -> None:
+        """Stop the most recently added node manager (never the last one)."""
+        if len(self.nodes) <= 1:
+            raise ValueError("a cluster keeps at least one node; use stop() to end it")
+        p = self.nodes.pop()
+        self.num_nodes -= 1
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+    def scale(self, nodes: int, timeout: float = 60.0) -> None:
+        """Add or remove node managers until the cluster has ``nodes`` of them."""
+        if nodes < 1:
+            raise ValueError(f"a cluster needs at least one node, got {nodes}")
+        while len(self.nodes) < nodes:
+            self.add_node(timeout)
+        while len(self.nodes) > nodes:
+            self.remove_node()
+
     # -- stopping ----------------------------------------------------------------------------
     def stop(self, grace: float = 3.0) -> None:
         """End every process of the cluster (SIGTERM, then SIGKILL after ``grace`` seconds)."""

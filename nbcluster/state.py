@@ -23,6 +23,7 @@ __all__ = [
     "NodeStats",
     "is_connected",
     "session_info",
+    "local_cluster",
     "task_events",
     "node_stats",
     "owned_objects",
@@ -107,6 +108,12 @@ def session_info() -> dict[str, Any]:
         "job_id": info.job_id,
         "started_here": info.started_here,
     }
+
+
+def local_cluster() -> Any:
+    """The :class:`~nbcluster.LocalCluster` this process started (None when it joined one)."""
+    client = context.current_client()
+    return None if client is None else getattr(client, "cluster", None)
 
 
 def _call(fn: Callable[[Any], Any], what: str) -> Any:
