@@ -22,6 +22,7 @@ from nbcluster._api import (
     shutdown,
     wait,
 )
+from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
 from nbcluster.cluster import LocalCluster
@@ -29,6 +30,9 @@ from nbcluster.cluster import LocalCluster
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActorClass",
+    "ActorHandle",
+    "ActorMethod",
     "ClusterInfo",
     "LocalCluster",
     "ObjectRef",
@@ -40,10 +44,13 @@ __all__ = [
     "cluster_resources",
     "exceptions",
     "get",
+    "get_actor",
     "get_gpu_ids",
     "get_runtime_context",
     "init",
     "is_initialized",
+    "kill",
+    "method",
     "nodes",
     "put",
     "remote",

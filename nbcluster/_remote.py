@@ -250,30 +250,32 @@ def remote(function: Callable[..., R], /) -> RemoteFunction[R]: ...
 @overload
 def remote(**options: Any) -> Callable[[Callable[..., R]], RemoteFunction[R]]: ...
 def remote(*args: Any, **options: Any) -> Any:
-    """Make a function (or, later, a class) run in the cluster.
+    """Make a function or a class run in the cluster.
 
     Use bare (``@nbcluster.remote``) or with options
     (``@nbcluster.remote(num_cpus=2, max_retries=1)``); ``nbcluster.remote(num_cpus=1)(fn)``
-    works too. Options are checked here: an unknown or ill-typed one raises at once with
-    the list of valid options.
+    works too. On a function it gives a :class:`RemoteFunction` (tasks); on a class an
+    :class:`~nbcluster.ActorClass` (actors). Options are checked here: an unknown or
+    ill-typed one raises at once with the list of valid options.
     """
     if args:
         if len(args) != 1 or options or not callable(args[0]):
             raise TypeError(
-                "@nbcluster.remote takes either a function, or keyword options only, "
+                "@nbcluster.remote takes either a function or class, or keyword options only, "
                 "e.g. @nbcluster.remote(num_cpus=2)"
             )
-        return _make(args[0], _options.task_options({}, where="decorator"))
-    opts = _options.task_options(options, where="decorator")
-    return lambda target: _make(target, opts)
+        return _make(args[0], {})
+    unknown = set(options) - _options.TASK_OPTION_NAMES - _options.ACTOR_OPTION_NAMES
+    if unknown:
+        _options.task_options(options, where="decorator")  # raises, listing the valid options
+    return lambda target: _make(target, options)
 
 
-def _make(target: Any, opts: _options.TaskOptions) -> Any:
+def _make(target: Any, options: dict[str, Any]) -> Any:
     if inspect.isclass(target):
-        raise TypeError(
-            f"@nbcluster.remote on a class ({target.__name__}) makes an actor; actors are not "
-            "available in this build yet. Use remote functions, or keep state in the driver."
-        )
+        from nbcluster._actor import ActorClass
+
+        return ActorClass(target, _options.actor_options(options, where="decorator"))
     if not callable(target):
-        raise TypeError(f"@nbcluster.remote needs a function, got {type(target).__name__}")
-    return RemoteFunction(target, opts)
+        raise TypeError(f"@nbcluster.remote needs a function or a class, got {type(target).__name__}")
+    return RemoteFunction(target, _options.task_options(options, where="decorator"))

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 import nbcluster
@@ -33,7 +34,13 @@ from nbcluster.exceptions import (
     UnserializableException,
     WorkerCrashedError,
 )
-from nbcluster.testing import assert_cluster_healthy, poll_for, worker_pids
+from nbcluster.testing import (
+    assert_cluster_healthy,
+    cluster_processes,
+    kill_process,
+    poll_for,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +57,18 @@ def _marks(path: Path) -> list[str]:
 
 def _await_marks(path: Path, n: int, what: str) -> None:
     poll_for(lambda: len(_marks(path)) >= n, timeout=20, message=f"{what} did not start")
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie.
+
+    (Used instead of ``worker_pids``, which lists no worker at all: see the xfail test
+    ``test_worker_killed_by_pid_from_worker_pids_is_retried``.)
+    """
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 # ------------------------------------------------------------------ F01: application errors
@@ -131,6 +150,8 @@ def _crasher():
 @pytest.mark.parametrize(("mode", "detail"), CRASHES)
 def test_crashing_task_is_retried_then_raises_worker_crashed(shared_cluster, tmp_path, mode, detail):
     runs = tmp_path / "runs"
+    session = shared_cluster.session_dir
+    processes_before = len(cluster_processes(session))
     crash = _crasher()
     ref = crash.remote(str(runs), mode, -1)  # default max_retries=3
     with pytest.raises(WorkerCrashedError, match=rf"{detail}.*attempts: 4") as info:
@@ -139,10 +160,13 @@ def test_crashing_task_is_retried_then_raises_worker_crashed(shared_cluster, tmp
     pids = [int(p) for p in _marks(runs)]
     assert len(pids) == 4, pids  # exactly max_retries + 1 attempts
     assert len(set(pids)) == 4  # each on a new worker
-    # The dead workers are gone and replaced; the node manager survived.
-    session = shared_cluster.session_dir
-    poll_for(lambda: not set(pids) & set(worker_pids(session)), timeout=10)
-    poll_for(lambda: worker_pids(session), timeout=10, message="no replacement worker")
+    # The dead workers are gone and replaced (the warm pool is refilled); the node survived.
+    poll_for(lambda: not any(_alive(p) for p in pids), timeout=10, message="a crashed worker lives")
+    poll_for(
+        lambda: len(cluster_processes(session)) >= processes_before,
+        timeout=10,
+        message="crashed workers were not replaced",
+    )
     assert_cluster_healthy()
 
 
@@ -165,6 +189,13 @@ def test_crash_on_first_attempt_only_is_retried_to_success(shared_cluster, tmp_p
     assert_cluster_healthy()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=WorkerCrashedError,
+    reason="BUG: normal tasks pipelined behind the poison task on the same worker are charged "
+    "a retry each time it kills the worker (submitter.py _lease_failed), so they fail with "
+    "WorkerCrashedError after 4 crashes although they never started",
+)
 def test_poison_task_does_not_stop_normal_tasks(shared_cluster, tmp_path):
     runs = tmp_path / "runs"
     crash = _crasher()
@@ -238,11 +269,15 @@ def test_retry_exceptions_true_retries_any_exception(shared_cluster, tmp_path):
 
 
 def _blocker():
-    @nbcluster.remote
+    # memory=1 gives blockers a scheduling key of their own. Tasks of one key are pipelined
+    # onto one worker once the key's tasks are fast on average, so two blockers sharing the
+    # 1-CPU key with the fast health-check tasks would queue behind each other on a single
+    # worker (see test_tasks.py::test_slow_tasks_after_fast_tasks_run_in_parallel).
+    @nbcluster.remote(memory=1)
     def block(started, go, value):
-        """Append to ``started``, then hold the CPU until ``go`` exists."""
+        """Append this pid to ``started``, then hold the CPU until ``go`` exists."""
         with open(started, "a") as fh:
-            fh.write("x\n")
+            fh.write(f"{os.getpid()}\n")
         deadline = time.monotonic() + 30
         while not os.path.exists(go):
             if time.monotonic() > deadline:
@@ -310,7 +345,7 @@ def test_force_cancel_kills_the_worker_and_is_not_retried(shared_cluster, tmp_pa
     with pytest.raises((TaskCancelledError, WorkerCrashedError)):
         nbcluster.get(ref, timeout=10)
     pid = int(_marks(runs)[0])
-    poll_for(lambda: pid not in worker_pids(shared_cluster.session_dir), timeout=10)
+    poll_for(lambda: not _alive(pid), timeout=10, message="the force-cancelled worker lives")
     assert_cluster_healthy()
     assert len(_marks(runs)) == 1  # not retried although max_retries=3
 
@@ -374,18 +409,20 @@ def test_unpicklable_argument_fails_at_submit_and_nothing_is_submitted(shared_cl
         return "ran"
 
     client = context.require_client()
-    available = nbcluster.available_resources()
+    poll_for(lambda: nbcluster.available_resources() == nbcluster.cluster_resources(), timeout=10)
     held = nbcluster.put("held")
-    baseline = len(client.table)
+    held_id = held.binary()
     with pytest.raises(SerializationError, match=r"argument 0\['inner'\]\['lock'\] is a _thread\.lock"):
-        take.remote({"a": 1, "inner": {"lock": threading.Lock(), "ref": held}}, str(runs))
+        take.remote({"a": 1, "inner": {"ref": held, "lock": threading.Lock()}}, str(runs))
     with pytest.raises(TypeError, match=r"argument arg\['lock'\]"):  # also a TypeError
         take.remote(arg={"lock": threading.Lock()}, path=str(runs))
-    assert len(client.table) == baseline  # no ref was created or kept by the failed calls
-    assert nbcluster.available_resources() == available
+    with pytest.raises(SerializationError, match=r"argument 1 is a _thread\.lock"):
+        take.remote(held, threading.Lock())  # a ref argument next to a bad one
+    assert nbcluster.available_resources() == nbcluster.cluster_resources()  # no lease taken
+    # The failed calls kept no reference: dropping the last ref frees the object.
     del held
     gc.collect()
-    poll_for(lambda: len(client.table) == baseline - 1, timeout=10, message="the put ref leaked")
+    poll_for(lambda: client.table.get(held_id) is None, timeout=10, message="the put ref leaked")
     # Nothing ran: the first good call is the first execution.
     assert nbcluster.get(take.remote(1, str(runs)), timeout=30) == "ran"
     assert _marks(runs) == ["x"]
@@ -414,9 +451,15 @@ def test_remote_function_closing_over_socket_fails_at_submit(shared_cluster, tmp
         with pytest.raises(SerializationError, match=r"closure variable 'sock'.*socket") as info:
             uses_socket.remote(str(runs))
         assert isinstance(info.value, TypeError)
-    assert nbcluster.available_resources() == nbcluster.cluster_resources()
-    time.sleep(0.2)
-    assert _marks(runs) == []
+
+    @nbcluster.remote
+    def no_socket(path):
+        with open(path, "a") as fh:
+            fh.write("x\n")
+        return "ok"
+
+    assert nbcluster.get(no_socket.remote(str(runs)), timeout=30) == "ok"
+    assert _marks(runs) == ["x"]  # the socket closure never ran
 
 
 # ------------------------------------------------------------------ B03: results that do not pickle
@@ -434,7 +477,7 @@ def test_unpicklable_return_value_is_a_task_error(shared_cluster):
     assert not isinstance(err.cause, TaskError)  # one error layer
     assert "_thread.lock" in str(err)
     # The worker that ran it is still alive and the cluster still runs tasks.
-    assert err.pid in worker_pids(shared_cluster.session_dir)
+    assert _alive(err.pid)
     assert_cluster_healthy()
 
 
@@ -467,7 +510,7 @@ def test_unpicklable_exception_keeps_its_traceback_text(shared_cluster):
         assert text in err.cause.original_stack_trace
         assert line in err.cause.original_stack_trace
         assert text in str(err) and line in err.traceback_str
-        assert err.pid in worker_pids(shared_cluster.session_dir)
+        assert _alive(err.pid)  # the worker survived
     assert_cluster_healthy()
 
 
@@ -489,7 +532,7 @@ def test_unbounded_recursion_in_task_is_a_bounded_task_error(shared_cluster):
     assert len(err.traceback_str.encode()) <= MAX_TB
     assert len(str(err).encode()) <= MAX_TB + 1024
     assert "recurse_forever" in err.traceback_str and "in down" in err.traceback_str
-    assert err.pid in worker_pids(shared_cluster.session_dir)  # the worker survived
+    assert _alive(err.pid)  # the worker survived
     assert_cluster_healthy()
 
 
@@ -571,10 +614,17 @@ def test_huge_closure_is_refused_at_submit_time(shared_cluster, tmp_path):
 
     with pytest.raises(ValueError, match=r"closes_over_big pickles to 14\d\.\d MiB.*nbcluster\.put\(\)"):
         closes_over_big.remote(str(runs))
-    del big
-    assert nbcluster.available_resources() == nbcluster.cluster_resources()
-    time.sleep(0.2)
-    assert _marks(runs) == []
+    del big, closes_over_big  # free the 150 MB
+    # Nothing was submitted: the first call with a small closure is the first execution.
+
+    @nbcluster.remote
+    def small(path):
+        with open(path, "a") as fh:
+            fh.write("x\n")
+        return "ok"
+
+    assert nbcluster.get(small.remote(str(runs)), timeout=30) == "ok"
+    assert _marks(runs) == ["x"]
 
 
 def test_large_closure_warns_and_runs(shared_cluster):
@@ -587,3 +637,32 @@ def test_large_closure_warns_and_runs(shared_cluster):
     with pytest.warns(UserWarning, match=r"closes_over_medium pickles to 19\.\d MiB.*nbcluster\.put\(\)"):
         ref = closes_over_medium.remote()
     assert nbcluster.get(ref, timeout=60) == 20 * 10**6
+    assert nbcluster.get(closes_over_medium.remote(), timeout=60) == 20 * 10**6
+
+
+# ------------------------------------------------------------------ killing a worker by PID
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: nbcluster/testing.py worker_pids() returns [] - the zygote and the workers are "
+    "forked from the node manager without exec, so they carry its command line and are all "
+    "taken for node managers",
+)
+def test_worker_killed_by_pid_from_worker_pids_is_retried(shared_cluster, tmp_path):
+    block = _blocker()
+    started, go = tmp_path / "started", tmp_path / "go"
+    session = shared_cluster.session_dir
+    try:
+        ref = block.remote(str(started), str(go), "done")  # default max_retries=3
+        _await_marks(started, 1, "the task")
+        pid = int(_marks(started)[0])
+        assert pid in worker_pids(session)
+        kill_process(pid)
+        _await_marks(started, 2, "the retry after the kill")
+    finally:
+        go.touch()
+    assert nbcluster.get(ref, timeout=30) == "done"
+    pids = [int(p) for p in _marks(started)]
+    assert len(pids) == 2 and pids[1] != pid and pids[1] in worker_pids(session)
+    assert_cluster_healthy()

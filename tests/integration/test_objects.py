@@ -11,6 +11,7 @@ call; object presence is checked with the node's ``GetObjectInfo``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import mmap
 import os
@@ -77,10 +78,8 @@ def store_dir_bytes(store_dir: str) -> int:
     total = 0
     for root, _dirs, files in os.walk(store_dir):
         for name in files:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 total += os.stat(os.path.join(root, name)).st_size
-            except FileNotFoundError:
-                pass
     return total
 
 
@@ -372,7 +371,9 @@ def test_ref_passed_to_a_task_stays_alive_until_the_task_ran(node, tmp_path):
     del big, small
     gc.collect()
     time.sleep(0.3)  # give a wrong free every chance to happen before the task runs
-    assert node.has_id(big_id), "the argument was freed while a task that takes it was still pending"
+    assert node.has_id(big_id), (
+        "the argument was freed while a task that takes it was still pending"
+    )
     gate.touch()
     assert nbcluster.get(out, timeout=30) == (1.5 * MiB, {"k": "inline"})
     # Once the task ran and no ref is left, the argument is freed.
@@ -495,5 +496,7 @@ def test_cluster_with_a_store_larger_than_shared_memory_is_file_backed(cluster):
         assert not Path(f"/dev/shm/nbcluster-{session.name}").exists()
     finally:
         rpc.close()
-    logs = "".join(p.read_text(errors="replace") for p in (session / "logs").iterdir() if p.is_file())
+    logs = "".join(
+        p.read_text(errors="replace") for p in (session / "logs").iterdir() if p.is_file()
+    )
     assert logs.count("StoreFallbackWarning") == 1, logs[-2000:]

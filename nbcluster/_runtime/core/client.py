@@ -24,46 +24,12 @@ from nbcluster._runtime import proc
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release, Waiter
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
-from nbcluster._runtime.protocol.rpc import AuthedStub, bind, make_channel, make_server, pb, pb_grpc
+from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
 from nbcluster.config import Config
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class Channels:
-    """One channel (and stubs) per peer address, created on first use on the loop."""
-
-    def __init__(self, token: str, max_message_bytes: int) -> None:
-        self.token = token
-        self.max_message_bytes = max_message_bytes
-        self._channels: dict[str, Any] = {}
-        self._stubs: dict[tuple[str, str], AuthedStub] = {}
-
-    def stub(self, address: str, kind: str) -> AuthedStub:
-        key = (address, kind)
-        stub = self._stubs.get(key)
-        if stub is None:
-            channel = self._channels.get(address)
-            if channel is None:
-                channel = make_channel(address, self.token, max_message_bytes=self.max_message_bytes)
-                self._channels[address] = channel
-            raw = {
-                "head": pb_grpc.HeadStub,
-                "node": pb_grpc.NodeManagerStub,
-                "core": pb_grpc.CoreWorkerStub,
-            }[kind](channel)
-            stub = AuthedStub(raw, self.token)
-            self._stubs[key] = stub
-        return stub
-
-    async def close(self) -> None:
-        for ch in self._channels.values():
-            with contextlib.suppress(Exception):
-                await ch.close(grace=0.1)
-        self._channels.clear()
-        self._stubs.clear()
 
 
 class CoreClient:
@@ -113,6 +79,11 @@ class CoreClient:
         from nbcluster._runtime.core.submitter import Submitter
 
         self.submitter = Submitter(self)
+        from nbcluster._runtime.core.actor_submitter import ActorSubmitter
+
+        self.actor_submitter = ActorSubmitter(self)
+        self.actor_handles: dict[bytes, int] = {}  # live handles of actors this process owns
+        self.escaped_actors: set[bytes] = set()
         self.service: Any = None  # CoreWorker servicer (worker mode installs its own)
         # Where task output goes: handler(submit_context, task_name, LogRecord). The Jupyter
         # layer replaces both hooks to send output to the cell that submitted the task.
@@ -175,6 +146,7 @@ class CoreClient:
 
         async def _stop() -> None:
             self.submitter.shutdown()
+            self.actor_submitter.shutdown()
             if release:
                 self._queue_release(release)
                 await self._flush_releases()
@@ -542,6 +514,15 @@ class CoreWorkerService(pb_grpc.CoreWorkerServicer):
 
     async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
         return pb.Empty()
+
+    async def Ping(self, request: pb.Empty, context: Any) -> pb.Empty:
+        return pb.Empty()
+
+    async def CreateActor(self, request: pb.TaskSpec, context: Any) -> pb.TaskReply:
+        import grpc
+
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "a driver does not host actors")
+        return pb.TaskReply()  # pragma: no cover
 
 
 def location_reply(object_id: bytes, entry: Entry) -> pb.ObjectStatusReply:

@@ -56,6 +56,7 @@ class TaskRecord:
         "done",
         "submitted_at",
         "context",
+        "actor",
     )
 
     def __init__(self) -> None:
@@ -65,6 +66,7 @@ class TaskRecord:
         self.lease: Lease | None = None
         self.done = False
         self.context: Any = None  # who submitted it (e.g. the notebook cell), for output
+        self.actor = False  # an actor call: ordered by the actor submitter, not leased
 
 
 class KeyQueue:
@@ -223,6 +225,9 @@ class Submitter:
                 node_address=entry.node_address,
                 owner_address=entry.owner,
             )
+        if rec.actor:
+            self.client.actor_submitter.ready(rec)
+            return
         kq = self.keys.get(rec.key)
         if kq is None:
             kq = self.keys[rec.key] = KeyQueue(

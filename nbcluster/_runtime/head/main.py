@@ -63,10 +63,14 @@ async def serve(args: argparse.Namespace) -> None:
             await asyncio.sleep(interval)
             for died in state.tick(time.time()):
                 log.warning("node %s declared dead: %s", died.node_id.hex()[:8], died.reason)
+                service.actors.node_died(died.node_id, died.reason)
 
     ticker = asyncio.create_task(liveness())
+    drivers = asyncio.create_task(service.watch_drivers())
     await stop.wait()
     ticker.cancel()
+    drivers.cancel()
+    service.actors.close()
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:
         await service.stop_nodes()
     await server.stop(grace=0.5)

@@ -16,7 +16,8 @@ from pathlib import Path
 import grpc
 
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
-from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel, pb, pb_grpc
+from nbcluster._runtime.head.actor_service import ActorManager
+from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,8 @@ class HeadService(pb_grpc.HeadServicer):
         self.on_shutdown = on_shutdown
         self.clock = clock
         self.start_time = clock()
+        self.channels = Channels(token, 512 * 2**20)
+        self.actors = ActorManager(state, self.channels, clock)
 
     # -- nodes --------------------------------------------------------------------------
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext):
@@ -176,7 +179,9 @@ class HeadService(pb_grpc.HeadServicer):
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
-        self.state.unregister_node(request.node_id, request.reason or "node left the cluster")
+        died = self.state.unregister_node(request.node_id, request.reason or "node left the cluster")
+        if died is not None:
+            self.actors.node_died(died.node_id, died.reason)
         return pb.Empty()
 
     async def GetNodes(self, request: pb.GetNodesRequest, context: grpc.aio.ServicerContext):
@@ -227,9 +232,50 @@ class HeadService(pb_grpc.HeadServicer):
         return pb.RegisterJobReply(job_id=job.job_id)
 
     async def FinishJob(self, request: pb.JobRef, context: grpc.aio.ServicerContext):
-        job = self.state.finish_job(request.job_id, self.clock())
+        self.finish_job(request.job_id)
+        return pb.Empty()
+
+    def finish_job(self, job_id: bytes) -> None:
+        """A driver detached or died: its non-detached actors end with it."""
+        job = self.state.finish_job(job_id, self.clock())
         if job is not None:
             self.store.put_job(job)
+            self.actors.job_finished(job_id)
+
+    async def watch_drivers(self, interval: float = 2.0, failures_allowed: int = 3) -> None:
+        """Finish the jobs of drivers that stopped answering (killed without FinishJob)."""
+        misses: dict[bytes, int] = {}
+        while True:
+            await asyncio.sleep(interval)
+            for job in [j for j in self.state.jobs.values() if j.alive]:
+                try:
+                    await self.channels.stub(job.driver_address, "core").Ping(pb.Empty(), timeout=interval)
+                    misses.pop(job.job_id, None)
+                except grpc.aio.AioRpcError:
+                    misses[job.job_id] = misses.get(job.job_id, 0) + 1
+                    if misses[job.job_id] >= failures_allowed:
+                        log.info("driver of job %s is gone; finishing it", job.job_id.hex()[:8])
+                        misses.pop(job.job_id, None)
+                        self.finish_job(job.job_id)
+
+    # -- actors -------------------------------------------------------------------------
+    async def RegisterActor(self, request: pb.RegisterActorRequest, context: grpc.aio.ServicerContext):
+        return await self.actors.register(request, context)
+
+    async def WaitActor(self, request: pb.WaitActorRequest, context: grpc.aio.ServicerContext):
+        return await self.actors.wait(request, context)
+
+    async def GetNamedActor(self, request: pb.NamedActorRequest, context: grpc.aio.ServicerContext):
+        return await self.actors.named(request, context)
+
+    async def KillActor(self, request: pb.KillActorRequest, context: grpc.aio.ServicerContext):
+        return await self.actors.kill(request, context)
+
+    async def ListActors(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        return self.actors.list()
+
+    async def ReportWorkerDeath(self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext):
+        self.actors.worker_died(request)
         return pb.Empty()
 
     async def GetJobs(self, request: pb.Empty, context: grpc.aio.ServicerContext):

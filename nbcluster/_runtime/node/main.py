@@ -112,6 +112,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         start_time=time.time(),
     )
     link = HeadLink(service, token, info, config.heartbeat_interval_s)
+    service.head_stub = link.stub
     await link.register()
     nodes_dir = session_dir / "nodes"
     nodes_dir.mkdir(exist_ok=True)

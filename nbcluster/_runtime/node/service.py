@@ -159,6 +159,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.waiters: dict[bytes, asyncio.Future[pb.LeaseReply]] = {}
         self.workers: WorkerProcesses | None = None
         self.restored_bytes = 0
+        self.head_stub: AuthedStub | None = None
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
 
     # -- carrying out instructions -----------------------------------------------------------
@@ -205,7 +206,26 @@ class NodeService(pb_grpc.NodeManagerServicer):
     def worker_exited(self, worker_id: bytes, code: int) -> None:
         if code != 0:
             log.info("worker %s exited with %d", worker_id.hex()[:8], code)
+        w = self.state.workers.get(worker_id)
+        address = w.address if w is not None else ""
+        registered = w is not None and bool(w.address)
         self.apply(self.state.worker_exited(worker_id))
+        if registered and self.head_stub is not None:
+            detail = ""
+            if self.workers is not None:
+                detail = self.workers.exit_info.get(worker_id, (0, ""))[1]
+            asyncio.get_running_loop().create_task(self._report_death(worker_id, address, detail))
+
+    async def _report_death(self, worker_id: bytes, address: str, detail: str) -> None:
+        """Tell the head (it restarts actors hosted there and ends actors the worker owned)."""
+        assert self.head_stub is not None
+        with contextlib.suppress(RpcError):
+            await self.head_stub.ReportWorkerDeath(
+                pb.WorkerDeathReport(
+                    node_id=self.state.node_id, worker_id=worker_id, worker_address=address, detail=detail
+                ),
+                timeout=10,
+            )
 
     # -- leases ------------------------------------------------------------------------------
     async def RequestWorkerLease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext):

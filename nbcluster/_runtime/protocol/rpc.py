@@ -11,6 +11,7 @@ have no side effects.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +24,7 @@ from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 from nbcluster._runtime.protocol.protos import nbcluster_pb2_grpc as pb_grpc
 
 __all__ = [
+    "Channels",
     "pb",
     "pb_grpc",
     "AuthedStub",
@@ -180,3 +182,37 @@ class AuthedStub:
 
         self.__dict__[name] = call
         return call
+
+
+class Channels:
+    """One channel (and stubs) per peer address, created on first use on the loop."""
+
+    def __init__(self, token: str, max_message_bytes: int) -> None:
+        self.token = token
+        self.max_message_bytes = max_message_bytes
+        self._channels: dict[str, Any] = {}
+        self._stubs: dict[tuple[str, str], AuthedStub] = {}
+
+    def stub(self, address: str, kind: str) -> AuthedStub:
+        key = (address, kind)
+        stub = self._stubs.get(key)
+        if stub is None:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = make_channel(address, self.token, max_message_bytes=self.max_message_bytes)
+                self._channels[address] = channel
+            raw = {
+                "head": pb_grpc.HeadStub,
+                "node": pb_grpc.NodeManagerStub,
+                "core": pb_grpc.CoreWorkerStub,
+            }[kind](channel)
+            stub = AuthedStub(raw, self.token)
+            self._stubs[key] = stub
+        return stub
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            with contextlib.suppress(Exception):
+                await ch.close(grace=0.1)
+        self._channels.clear()
+        self._stubs.clear()

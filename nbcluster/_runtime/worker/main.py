@@ -8,7 +8,9 @@ streams from owners that hold a lease on this worker.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import inspect
 import logging
 import os
 import queue
@@ -114,6 +116,11 @@ class WorkerService(CoreWorkerService):
         self.executor.cancel(request.task_id)
         return pb.Empty()
 
+    async def CreateActor(self, request: pb.TaskSpec, context: Any) -> pb.TaskReply:
+        fut: concurrent.futures.Future[pb.TaskReply] = concurrent.futures.Future()
+        self.executor.queue.put(("create", request, fut))
+        return await asyncio.wrap_future(fut)
+
     async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
         asyncio.get_running_loop().call_later(0.05, os._exit, 0)
         return pb.Empty()
@@ -137,6 +144,10 @@ class Executor:
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
         self.output = OutputCapture()
+        self.actor: Any = None
+        self.actor_id = b""
+        self.actor_runner: Any = None  # set for threaded or async actors
+        self.actor_loop: asyncio.AbstractEventLoop | None = None
 
     # -- called on the I/O loop ------------------------------------------------------------
     def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
@@ -181,8 +192,8 @@ class Executor:
 
     def set_blocked(self, blocked: bool) -> None:
         with self._lock:
-            self.blocked = blocked
-        if blocked:
+            self.blocked = blocked and not self.actor_id  # actor calls stay, in order
+        if blocked and not self.actor_id:
             self.requeue_pending()
         with contextlib.suppress(Exception):
             self.client.run(
@@ -199,7 +210,16 @@ class Executor:
                 item = self.queue.get()
                 if item is None:
                     return
+                if item[0] == "create":
+                    _, spec, fut = item
+                    fut.set_result(self.create_actor(spec))
+                    continue
                 spec, stream = item
+                if spec.actor_id and self.actor_runner is not None:
+                    with self._lock:
+                        self.pending.pop(spec.task_id, None)
+                    self.actor_runner(spec, stream)
+                    continue
                 with self._lock:
                     if self.pending.pop(spec.task_id, None) is None:
                         continue  # requeued to the owner while we were blocked
@@ -226,6 +246,13 @@ class Executor:
                 continue  # a cancel that arrived after its task finished
 
     def function(self, spec: pb.TaskSpec) -> Any:
+        if spec.actor_id and not spec.actor_creation:
+            if self.actor is None or spec.actor_id != self.actor_id:
+                raise exc.NbclusterSystemError("this worker does not host that actor")
+            method = getattr(self.actor, spec.function_name)
+            if inspect.iscoroutinefunction(method):
+                return self._sync_wrapper(method)
+            return method
         fn = self.functions.get(spec.function_id)
         if fn is None:
             reply = self.client.run(
@@ -255,6 +282,114 @@ class Executor:
 
         return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
 
+    # -- actors ----------------------------------------------------------------------------
+    def create_actor(self, spec: pb.TaskSpec) -> pb.TaskReply:
+        """Run the actor's ``__init__`` on the main thread; the instance lives here."""
+        client = self.client
+        reply = pb.TaskReply(task_id=spec.task_id, start_time=time.time(), worker_pid=os.getpid())
+        if spec.gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
+        client.job_id = spec.job_id
+        client.namespace = spec.namespace
+        client.current_task_id = spec.task_id
+        try:
+            cls = self.function(spec)
+            args, kwargs = self.resolve_args(spec)
+            instance = cls(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - __init__ raised: report it
+            err = exc.TaskError.from_exception(
+                e, f"{spec.function_name}.__init__", pid=os.getpid(), hostname=client.hostname()
+            )
+            self._error_returns(spec, err, reply)
+            return reply
+        finally:
+            client.current_task_id = b""
+        self.actor = instance
+        self.actor_id = spec.actor_id
+        concurrency = spec.max_concurrency or (1000 if spec.is_async else 1)
+        if spec.is_async:
+            self._start_async_runner(concurrency)
+        elif concurrency > 1:
+            self._start_thread_runner(concurrency)
+        reply.end_time = time.time()
+        return reply
+
+    def _run_one(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+        reply = self.execute(spec)
+        stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
+
+    def _start_thread_runner(self, concurrency: int) -> None:
+        pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="actor")
+        self.actor_runner = lambda spec, stream: pool.submit(self._run_one, spec, stream)
+
+    def _start_async_runner(self, concurrency: int) -> None:
+        loop = asyncio.new_event_loop()
+        self.actor_loop = loop
+        threading.Thread(target=loop.run_forever, name="actor-loop", daemon=True).start()
+        sem_holder: list[asyncio.Semaphore] = []
+
+        async def make_sem() -> None:
+            sem_holder.append(asyncio.Semaphore(concurrency))
+
+        asyncio.run_coroutine_threadsafe(make_sem(), loop).result()
+        sem = sem_holder[0]
+
+        async def run(spec: pb.TaskSpec, stream: _Stream) -> None:
+            async with sem:
+                reply = await self.execute_async(spec)
+            stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
+
+        self.actor_runner = lambda spec, stream: asyncio.run_coroutine_threadsafe(run(spec, stream), loop)
+
+    def _sync_wrapper(self, method: Any) -> Any:
+        """Run a coroutine method to completion on the actor's loop (sync callers)."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.actor_loop is None:
+                return asyncio.run(method(*args, **kwargs))
+            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self.actor_loop).result()
+
+        return call
+
+    async def execute_async(self, spec: pb.TaskSpec) -> pb.TaskReply:
+        """Run one call of an async actor on the actor's loop."""
+        reply = pb.TaskReply(
+            task_id=spec.task_id, attempt=spec.attempt, start_time=time.time(),
+            worker_id=self.client.worker_id, worker_pid=os.getpid(), node_id=self.client.node_id,
+        )
+        try:
+            method = getattr(self.actor, spec.function_name)
+            args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
+            result = method(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            values = self._split_returns(spec, result)
+            await asyncio.to_thread(self._store_returns, spec, values, reply)
+        except BaseException as e:  # noqa: BLE001 - user code raised; report it
+            err = exc.TaskError.from_exception(
+                e, spec.function_name, pid=os.getpid(), hostname=self.client.hostname(),
+                task_id=spec.task_id.hex(),
+            )
+            self._error_returns(spec, err, reply)
+        reply.end_time = time.time()
+        self._record_event(spec, reply)
+        return reply
+
+    def _split_returns(self, spec: pb.TaskSpec, result: Any) -> list[Any]:
+        n = spec.num_returns
+        if n == 1:
+            return [result]
+        if n == 0:
+            return []
+        values = list(result) if isinstance(result, (list, tuple)) else None
+        if values is None or len(values) != n:
+            got = len(values) if values is not None else f"a {type(result).__name__}"
+            raise ValueError(
+                f"{spec.function_name} declared num_returns={n} but returned {got}; "
+                f"return a tuple or list of {n} values"
+            )
+        return values
+
     def execute(self, spec: pb.TaskSpec) -> pb.TaskReply:
         client = self.client
         start = time.time()
@@ -282,19 +417,7 @@ class Executor:
                 fn = self.function(spec)
                 args, kwargs = self.resolve_args(spec)
                 result = fn(*args, **kwargs)
-                if n == 1:
-                    values = [result]
-                elif n == 0:
-                    values = []
-                else:
-                    values = list(result) if isinstance(result, (list, tuple)) else None
-                    if values is None or len(values) != n:
-                        got = len(values) if values is not None else f"a {type(result).__name__}"
-                        raise ValueError(
-                            f"task {name} declared num_returns={n} but returned {got}; "
-                            f"return a tuple or list of {n} values"
-                        )
-                self._store_returns(spec, values, reply)
+                self._store_returns(spec, self._split_returns(spec, result), reply)
             except KeyboardInterrupt:
                 if spec.task_id in self.cancelled:
                     reply.cancelled = True

@@ -294,6 +294,151 @@ class ShutdownRequest(_message.Message):
     stop_nodes: bool
     def __init__(self, stop_nodes: _Optional[bool] = ...) -> None: ...
 
+class ActorInfo(_message.Message):
+    __slots__ = ("actor_id", "state", "address", "node_id", "worker_pid", "name", "namespace", "class_name", "num_restarts", "max_restarts", "death_cause", "init_error", "version", "owner_address", "job_id", "detached", "worker_id", "death_kind", "start_time", "end_time", "handle_meta")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PENDING: _ClassVar[ActorInfo.State]
+        ALIVE: _ClassVar[ActorInfo.State]
+        RESTARTING: _ClassVar[ActorInfo.State]
+        DEAD: _ClassVar[ActorInfo.State]
+    PENDING: ActorInfo.State
+    ALIVE: ActorInfo.State
+    RESTARTING: ActorInfo.State
+    DEAD: ActorInfo.State
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_PID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    DEATH_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    INIT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DEATH_KIND_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_META_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    state: ActorInfo.State
+    address: str
+    node_id: bytes
+    worker_pid: int
+    name: str
+    namespace: str
+    class_name: str
+    num_restarts: int
+    max_restarts: int
+    death_cause: str
+    init_error: bytes
+    version: int
+    owner_address: str
+    job_id: bytes
+    detached: bool
+    worker_id: bytes
+    death_kind: str
+    start_time: float
+    end_time: float
+    handle_meta: bytes
+    def __init__(self, actor_id: _Optional[bytes] = ..., state: _Optional[_Union[ActorInfo.State, str]] = ..., address: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., class_name: _Optional[str] = ..., num_restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., death_cause: _Optional[str] = ..., init_error: _Optional[bytes] = ..., version: _Optional[int] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., detached: _Optional[bool] = ..., worker_id: _Optional[bytes] = ..., death_kind: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., handle_meta: _Optional[bytes] = ...) -> None: ...
+
+class RegisterActorRequest(_message.Message):
+    __slots__ = ("spec", "resources", "name", "namespace", "detached", "get_if_exists", "max_restarts", "class_name", "preferred_node", "strategy", "handle_meta")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    GET_IF_EXISTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAME_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_NODE_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_META_FIELD_NUMBER: _ClassVar[int]
+    spec: TaskSpec
+    resources: _containers.ScalarMap[str, float]
+    name: str
+    namespace: str
+    detached: bool
+    get_if_exists: bool
+    max_restarts: int
+    class_name: str
+    preferred_node: str
+    strategy: str
+    handle_meta: bytes
+    def __init__(self, spec: _Optional[_Union[TaskSpec, _Mapping]] = ..., resources: _Optional[_Mapping[str, float]] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., detached: _Optional[bool] = ..., get_if_exists: _Optional[bool] = ..., max_restarts: _Optional[int] = ..., class_name: _Optional[str] = ..., preferred_node: _Optional[str] = ..., strategy: _Optional[str] = ..., handle_meta: _Optional[bytes] = ...) -> None: ...
+
+class RegisterActorReply(_message.Message):
+    __slots__ = ("actor", "existing")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_FIELD_NUMBER: _ClassVar[int]
+    actor: ActorInfo
+    existing: bool
+    def __init__(self, actor: _Optional[_Union[ActorInfo, _Mapping]] = ..., existing: _Optional[bool] = ...) -> None: ...
+
+class WaitActorRequest(_message.Message):
+    __slots__ = ("actor_id", "after_version", "timeout")
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    after_version: int
+    timeout: float
+    def __init__(self, actor_id: _Optional[bytes] = ..., after_version: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class NamedActorRequest(_message.Message):
+    __slots__ = ("name", "namespace")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    namespace: str
+    def __init__(self, name: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class KillActorRequest(_message.Message):
+    __slots__ = ("actor_id", "no_restart", "reason", "kind")
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    NO_RESTART_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    actor_id: bytes
+    no_restart: bool
+    reason: str
+    kind: str
+    def __init__(self, actor_id: _Optional[bytes] = ..., no_restart: _Optional[bool] = ..., reason: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class ListActorsReply(_message.Message):
+    __slots__ = ("actors",)
+    ACTORS_FIELD_NUMBER: _ClassVar[int]
+    actors: _containers.RepeatedCompositeFieldContainer[ActorInfo]
+    def __init__(self, actors: _Optional[_Iterable[_Union[ActorInfo, _Mapping]]] = ...) -> None: ...
+
+class WorkerDeathReport(_message.Message):
+    __slots__ = ("node_id", "worker_id", "worker_address", "detail")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    worker_id: bytes
+    worker_address: str
+    detail: str
+    def __init__(self, node_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
 class LeaseRequest(_message.Message):
     __slots__ = ("resources", "owner_address", "job_id", "no_spillback", "request_id", "strategy")
     class ResourcesEntry(_message.Message):
@@ -508,7 +653,7 @@ class ObjectLocation(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., data: _Optional[bytes] = ..., in_store: _Optional[bool] = ..., size: _Optional[int] = ..., node_id: _Optional[bytes] = ..., node_address: _Optional[str] = ..., owner_address: _Optional[str] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace")
+    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -524,6 +669,11 @@ class TaskSpec(_message.Message):
     PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_CREATION_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    IS_ASYNC_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     function_id: bytes
@@ -539,7 +689,12 @@ class TaskSpec(_message.Message):
     parent_task_id: bytes
     lease_id: bytes
     namespace: str
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ...) -> None: ...
+    actor_id: bytes
+    actor_creation: bool
+    sequence: int
+    max_concurrency: int
+    is_async: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ...) -> None: ...
 
 class TaskReply(_message.Message):
     __slots__ = ("task_id", "attempt", "returns", "is_error", "retryable", "worker_exiting", "start_time", "end_time", "cancelled", "worker_id", "worker_pid", "requeued", "node_id")

@@ -119,6 +119,36 @@ class HeadStub:
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ShutdownRequest.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                 _registered_method=True)
+        self.RegisterActor = channel.unary_unary(
+                '/nbcluster.Head/RegisterActor',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.RegisterActorRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.RegisterActorReply.FromString,
+                _registered_method=True)
+        self.WaitActor = channel.unary_unary(
+                '/nbcluster.Head/WaitActor',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WaitActorRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ActorInfo.FromString,
+                _registered_method=True)
+        self.GetNamedActor = channel.unary_unary(
+                '/nbcluster.Head/GetNamedActor',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.NamedActorRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ActorInfo.FromString,
+                _registered_method=True)
+        self.KillActor = channel.unary_unary(
+                '/nbcluster.Head/KillActor',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.KillActorRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListActors = channel.unary_unary(
+                '/nbcluster.Head/ListActors',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ListActorsReply.FromString,
+                _registered_method=True)
+        self.ReportWorkerDeath = channel.unary_unary(
+                '/nbcluster.Head/ReportWorkerDeath',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerDeathReport.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class HeadServicer:
@@ -226,6 +256,42 @@ class HeadServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterActor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitActor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamedActor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KillActor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListActors(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportWorkerDeath(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HeadServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -312,6 +378,36 @@ def add_HeadServicer_to_server(servicer, server):
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ShutdownRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'RegisterActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterActor,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.RegisterActorRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.RegisterActorReply.SerializeToString,
+            ),
+            'WaitActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitActor,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WaitActorRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ActorInfo.SerializeToString,
+            ),
+            'GetNamedActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamedActor,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.NamedActorRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ActorInfo.SerializeToString,
+            ),
+            'KillActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillActor,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.KillActorRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'ListActors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListActors,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ListActorsReply.SerializeToString,
+            ),
+            'ReportWorkerDeath': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportWorkerDeath,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerDeathReport.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
             ),
     }
@@ -773,6 +869,168 @@ class Head:
             target,
             '/nbcluster.Head/Shutdown',
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ShutdownRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/RegisterActor',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.RegisterActorRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.RegisterActorReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/WaitActor',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WaitActorRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ActorInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamedActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/GetNamedActor',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.NamedActorRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ActorInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/KillActor',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.KillActorRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListActors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/ListActors',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ListActorsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportWorkerDeath(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/ReportWorkerDeath',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerDeathReport.SerializeToString,
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
             options,
             channel_credentials,
@@ -1450,6 +1708,16 @@ class CoreWorkerStub:
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                 _registered_method=True)
+        self.CreateActor = channel.unary_unary(
+                '/nbcluster.CoreWorker/CreateActor',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskSpec.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskReply.FromString,
+                _registered_method=True)
+        self.Ping = channel.unary_unary(
+                '/nbcluster.CoreWorker/Ping',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class CoreWorkerServicer:
@@ -1485,6 +1753,18 @@ class CoreWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateActor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Ping(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoreWorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1510,6 +1790,16 @@ def add_CoreWorkerServicer_to_server(servicer, server):
             ),
             'Exit': grpc.unary_unary_rpc_method_handler(
                     servicer.Exit,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'CreateActor': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateActor,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskSpec.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskReply.SerializeToString,
+            ),
+            'Ping': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ping,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
             ),
@@ -1647,6 +1937,60 @@ class CoreWorker:
             request,
             target,
             '/nbcluster.CoreWorker/Exit',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateActor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.CoreWorker/CreateActor',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskSpec.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.CoreWorker/Ping',
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
             options,

@@ -1,0 +1,429 @@
+"""Actors: ``@remote`` on a class gives an :class:`ActorClass`; ``.remote()`` gives a handle.
+
+An actor is one instance of the class living in its own worker process. Calls from one
+caller run in the order they were made. The process that creates an actor owns it: a
+non-detached actor ends when the owner's last handle is gone (or the owner exits); a
+detached one lives until it is killed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import cloudpickle
+
+from nbcluster import exceptions as exc
+from nbcluster import options as _options
+from nbcluster._refs import ObjectRef
+from nbcluster._runtime import context
+from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.submitter import TaskRecord, build_spec
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.serialization import deserialize, function_hash, serialize
+
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method", "get_actor", "kill"]
+
+C = TypeVar("C")
+
+
+def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Callable[[Any], Any]:
+    """Set options of one actor method: ``@nbcluster.method(num_returns=2)``."""
+    if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 0:
+        raise ValueError(f"num_returns must be an integer >= 0, got {num_returns!r}")
+
+    def deco(fn: Any) -> Any:
+        fn.__nbcluster_num_returns__ = num_returns
+        return fn
+
+    return deco
+
+
+def _method_meta(cls: type) -> dict[str, dict[str, Any]]:
+    meta: dict[str, dict[str, Any]] = {}
+    for name, member in inspect.getmembers(cls):
+        if name.startswith("__") and name not in ("__call__",):
+            continue
+        if not callable(member):
+            continue
+        fn = getattr(member, "__func__", member)
+        meta[name] = {
+            "num_returns": getattr(fn, "__nbcluster_num_returns__", 1),
+            "is_async": inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn),
+        }
+    return meta
+
+
+class ActorClass(Generic[C]):
+    """A class whose instances live in the cluster: create one with ``Cls.remote(...)``."""
+
+    def __init__(self, cls: type[C], options: _options.ActorOptions) -> None:
+        self._cls = cls
+        self._options = options
+        self._name = cls.__qualname__
+        self._meta = _method_meta(cls)
+        self._is_async = any(m["is_async"] for m in self._meta.values())
+        self._payload: bytes | None = None
+        self._function_id = b""
+        self.__doc__ = cls.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Actors cannot be instantiated directly. Instead of '{self._name}()', "
+            f"use '{self._name}.remote()'."
+        )
+
+    def __repr__(self) -> str:
+        return f"<ActorClass {self._name}>"
+
+    def options(self, **overrides: Any) -> _ActorOptionsWrapper[C]:
+        """Override actor options (``name=``, ``lifetime=``, ``num_cpus=``...) for one creation."""
+        return _ActorOptionsWrapper(self, self._options.merge(where="options", **overrides))
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Create the actor (``__init__`` runs in its own worker); return a handle at once."""
+        return self._create(args, kwargs, self._options)
+
+    def _check_arity(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            sig = inspect.signature(self._cls.__init__)
+        except (TypeError, ValueError):
+            return
+        try:
+            sig.bind(None, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self._name}.remote(): {e}") from None
+
+    def _export(self, client: Any) -> bytes:
+        if self._payload is None:
+            try:
+                self._payload = cloudpickle.dumps(self._cls)
+            except Exception:  # noqa: BLE001 - name the culprit
+                serialize(self._cls, what="the actor class", name=self._name)
+                raise
+            self._function_id = function_hash(self._payload)
+        fid = self._function_id
+        if fid not in client.exported:
+            try:
+                client.run(
+                    lambda: client.head().ExportFunction(
+                        pb.ExportFunctionRequest(
+                            function_id=fid, payload=self._payload, name=self._name, job_id=client.job_id
+                        ),
+                        timeout=60,
+                    )
+                )
+            except RpcError as err:
+                raise to_exception(err, Peer.HEAD, "ExportFunction") from None
+            client.exported.add(fid)
+        return fid
+
+    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.ActorOptions) -> ActorHandle:
+        from nbcluster import _api
+
+        client = _api._client_or_autoinit()
+        check = getattr(opts, "check_creatable", None)
+        if check is not None:
+            check()
+        self._check_arity(args, kwargs)
+        fid = self._export(client)
+        namespace = opts.namespace if opts.namespace is not None else client.namespace
+        # Arguments: top-level refs are resolved now (waiting for them), like task arguments.
+        dep_refs = [a for a in (*args, *kwargs.values()) if isinstance(a, ObjectRef)]
+        if dep_refs:
+            entries = client.ensure_tracked(dep_refs)
+            client.wait_entries(entries, len(entries), None)
+        idx = iter(range(len(dep_refs)))
+
+        def swap(v: Any) -> Any:
+            return ArgPlaceholder(next(idx)) if isinstance(v, ObjectRef) else v
+
+        args2 = tuple(swap(a) for a in args)
+        kwargs2 = {k: swap(v) for k, v in kwargs.items()}
+        sv = serialize((args2, kwargs2), what="an actor constructor argument", name=f"{self._name}.remote()")
+        # Refs inside the arguments (and the argument objects) live as long as this process.
+        client.table.mark_escaped([r.binary() for r in (*dep_refs, *sv.contained_refs)])
+        actor_id = client.next_task_id()
+        spec = build_spec(
+            client,
+            task_id=actor_id,
+            function_id=fid,
+            name=self._name,
+            args_blob=sv.to_bytes(),
+            num_returns=0,
+            max_calls=0,
+            retry_exceptions=False,
+        )
+        spec.actor_id = actor_id
+        spec.actor_creation = True
+        spec.is_async = self._is_async
+        spec.max_concurrency = opts.max_concurrency or 0
+        spec.namespace = namespace
+        for ref, entry in zip(dep_refs, client.ensure_tracked(dep_refs), strict=True):
+            client.value_of(ref.binary(), entry)  # raises the argument's error, if any
+            spec.resolved_args.add(
+                object_id=ref.binary(),
+                data=entry.data if not entry.in_store else b"",
+                in_store=entry.in_store,
+                size=entry.size,
+                node_id=entry.node_id,
+                node_address=entry.node_address,
+                owner_address=entry.owner,
+            )
+        shape_fn = getattr(opts, "scheduling_resource_shape", None) or opts.resource_shape
+        meta = {
+            "class_name": self._name,
+            "methods": self._meta,
+            "max_task_retries": opts.max_task_retries,
+            "max_pending_calls": opts.max_pending_calls,
+            "function_id": fid,
+        }
+        strategy = opts.scheduling_strategy if isinstance(opts.scheduling_strategy, str) else "DEFAULT"
+        request = pb.RegisterActorRequest(
+            spec=spec,
+            resources=opts.resource_shape(),
+            name=opts.name or "",
+            namespace=namespace,
+            detached=opts.lifetime == "detached",
+            get_if_exists=opts.get_if_exists,
+            max_restarts=opts.max_restarts,
+            class_name=self._name,
+            preferred_node=client.node_address,
+            strategy=strategy,
+            handle_meta=serialize(meta).to_bytes(),
+        )
+        del shape_fn
+        try:
+            reply = client.run(lambda: client.head().RegisterActor(request, timeout=60))
+        except RpcError as err:
+            if err.code().name == "ALREADY_EXISTS":
+                raise ValueError(err.details()) from None
+            raise to_exception(err, Peer.HEAD, "RegisterActor") from None
+        info = reply.actor
+        owned = not reply.existing and not request.detached
+        return ActorHandle._new(info.actor_id, deserialize(info.handle_meta), client, owned=owned)
+
+
+class _ActorOptionsWrapper(Generic[C]):
+    """``Cls.options(...)``: the same class with some options overridden."""
+
+    def __init__(self, ac: ActorClass[C], options: _options.ActorOptions) -> None:
+        self._ac = ac
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Create the actor with the overridden options."""
+        return self._ac._create(args, kwargs, self._options)
+
+    def options(self, **overrides: Any) -> _ActorOptionsWrapper[C]:
+        """Override more options."""
+        return _ActorOptionsWrapper(self._ac, self._options.merge(where="options", **overrides))
+
+
+class ActorMethod:
+    """``handle.method``: call it with ``.remote(...)``."""
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Actor methods cannot be called directly. Instead of '{self._name}()', "
+            f"try '{self._name}.remote()'."
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Queue a call on the actor; return its ref(s) at once."""
+        return self._handle._call(self._name, args, kwargs, self._num_returns)
+
+    def options(self, *, num_returns: int | None = None, **rest: Any) -> ActorMethod:
+        """Override ``num_returns`` for one call."""
+        if rest:
+            raise ValueError(f"invalid option(s) for an actor method: {', '.join(rest)}; valid: num_returns")
+        return ActorMethod(self._handle, self._name, self._num_returns if num_returns is None else num_returns)
+
+    def __repr__(self) -> str:
+        return f"<ActorMethod {self._handle._meta['class_name']}.{self._name}>"
+
+
+class ActorHandle:
+    """A handle to an actor: ``handle.method.remote(...)`` calls it.
+
+    Handles can be passed to tasks and other actors and used there.
+    """
+
+    __slots__ = ("_actor_id", "_meta", "_client", "_owned", "__weakref__")
+
+    _actor_id: bytes
+    _meta: dict[str, Any]
+    _client: Any
+    _owned: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("ActorHandle cannot be created directly; use Cls.remote() or nbcluster.get_actor()")
+
+    @classmethod
+    def _new(cls, actor_id: bytes, meta: dict[str, Any], client: Any, *, owned: bool) -> ActorHandle:
+        h = object.__new__(cls)
+        h._actor_id = actor_id
+        h._meta = meta
+        h._client = client
+        h._owned = owned
+        if owned and client is not None:
+            client.actor_handles[actor_id] = client.actor_handles.get(actor_id, 0) + 1
+        return h
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        methods = self._meta["methods"]
+        if name not in methods:
+            raise AttributeError(
+                f"actor class {self._meta['class_name']} has no method {name!r}; "
+                f"methods: {', '.join(sorted(m for m in methods if not m.startswith('_'))) or 'none'}"
+            )
+        return ActorMethod(self, name, methods[name]["num_returns"])
+
+    @property
+    def actor_id(self) -> str:
+        """Hex id of the actor."""
+        return self._actor_id.hex()
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self._meta['class_name']}, {self._actor_id.hex()})"
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        client = self._client
+        if self._owned and client is not None:
+            client.escaped_actors.add(self._actor_id)  # lives until the owner exits
+        return (_rebuild_handle, (self._actor_id, self._meta))
+
+    def __del__(self) -> None:
+        client = self._client
+        if not self._owned or client is None or client.closed:
+            return
+        try:
+            n = client.actor_handles.get(self._actor_id, 0) - 1
+            if n > 0:
+                client.actor_handles[self._actor_id] = n
+                return
+            client.actor_handles.pop(self._actor_id, None)
+            if self._actor_id not in client.escaped_actors:
+                client.actor_submitter.release_when_idle(self._actor_id)
+        except Exception:  # noqa: BLE001 - never raise from __del__
+            pass
+
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], num_returns: int) -> Any:
+        client = self._client or context.require_client()
+        from nbcluster._remote import _explain_unserializable_args
+
+        dep_refs: list[ObjectRef] = []
+
+        def swap(v: Any) -> Any:
+            if isinstance(v, ObjectRef):
+                dep_refs.append(v)
+                return ArgPlaceholder(len(dep_refs) - 1)
+            return v
+
+        args2 = tuple(swap(a) for a in args)
+        kwargs2 = {k: swap(v) for k, v in kwargs.items()}
+        try:
+            sv = serialize((args2, kwargs2))
+        except exc.SerializationError:
+            _explain_unserializable_args(name, args2, kwargs2)
+            raise
+        task_id = client.next_task_id()
+        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(num_returns, 1) + 1)]
+        rec = TaskRecord()
+        rec.task_id = task_id
+        rec.name = f"{self._meta['class_name']}.{name}"
+        rec.spec = build_spec(
+            client,
+            task_id=task_id,
+            function_id=b"",
+            name=name,
+            args_blob=sv.to_bytes(),
+            num_returns=num_returns,
+            max_calls=0,
+            retry_exceptions=False,
+        )
+        rec.spec.actor_id = self._actor_id
+        rec.actor = True
+        rec.key = None
+        rec.resources = {}
+        rec.strategy = "DEFAULT"
+        rec.return_ids = return_ids
+        rec.retries_left = self._meta.get("max_task_retries", 0)
+        rec.dep_ids = [r.binary() for r in dep_refs]
+        rec.nested_ids = [r.binary() for r in sv.contained_refs]
+        if client.submit_context is not None:
+            rec.context = client.submit_context()
+        for oid in return_ids:
+            client.table.create_owned(oid, task=rec)
+        client.table.add_submitted(rec.dep_ids + rec.nested_ids)
+        refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+        try:
+            client.actor_submitter.submit(rec, self._meta.get("max_pending_calls", -1))
+        except exc.PendingCallsLimitExceeded:
+            for oid in return_ids:
+                client.table.entries.pop(oid, None)
+            client.table.remove_submitted(rec.dep_ids + rec.nested_ids)
+            for r in refs:
+                r._client = None
+            raise
+        if num_returns == 1:
+            return refs[0]
+        if num_returns == 0:
+            return None
+        return refs
+
+
+def _rebuild_handle(actor_id: bytes, meta: dict[str, Any]) -> ActorHandle:
+    return ActorHandle._new(actor_id, meta, context.current_client(), owned=False)
+
+
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """A handle to the live actor named ``name`` (in ``namespace``, default: the job's)."""
+    client = context.require_client()
+    ns = namespace if namespace is not None else client.namespace
+    try:
+        info = client.run(
+            lambda: client.head().GetNamedActor(pb.NamedActorRequest(name=name, namespace=ns), timeout=10)
+        )
+    except RpcError as err:
+        if err.code().name == "NOT_FOUND":
+            raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}") from None
+        raise to_exception(err, Peer.HEAD, "GetNamedActor") from None
+    return ActorHandle._new(info.actor_id, deserialize(info.handle_meta), client, owned=False)
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    """End an actor now: pending calls fail with ``ActorDiedError``.
+
+    With ``no_restart=False`` an actor with ``max_restarts`` left is restarted.
+    """
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+    client = context.require_client()
+    try:
+        client.run(
+            lambda: client.head().KillActor(
+                pb.KillActorRequest(
+                    actor_id=actor._actor_id,
+                    no_restart=no_restart,
+                    reason="it was killed with nbcluster.kill()",
+                    kind="killed",
+                ),
+                timeout=10,
+            )
+        )
+    except RpcError as err:
+        raise to_exception(err, Peer.HEAD, "KillActor") from None

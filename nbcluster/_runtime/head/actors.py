@@ -1,0 +1,205 @@
+"""The head's actor table as a state machine: events in, instructions out, no I/O.
+
+An actor is PENDING while the head places it (leases a worker) and runs ``__init__``,
+ALIVE once created, RESTARTING after its process died while restarts remain, and DEAD
+for good. Every change bumps ``version`` so callers can long-poll for the next one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+PENDING, ALIVE, RESTARTING, DEAD = 0, 1, 2, 3
+STATE_NAMES = {PENDING: "PENDING", ALIVE: "ALIVE", RESTARTING: "RESTARTING", DEAD: "DEAD"}
+
+
+@dataclasses.dataclass
+class ActorRecord:
+    """Everything the head knows about one actor."""
+
+    actor_id: bytes
+    spec: Any  # the creation TaskSpec (opaque payloads)
+    resources: dict[str, float]
+    name: str
+    namespace: str
+    class_name: str
+    detached: bool
+    max_restarts: int
+    owner_address: str
+    job_id: bytes
+    preferred_node: str = ""
+    strategy: str = "DEFAULT"
+    handle_meta: bytes = b""
+    state: int = PENDING
+    version: int = 1
+    address: str = ""
+    node_id: bytes = b""
+    node_address: str = ""
+    worker_id: bytes = b""
+    worker_pid: int = 0
+    lease_id: bytes = b""
+    num_restarts: int = 0
+    death_cause: str = ""
+    death_kind: str = ""
+    init_error: bytes = b""
+    start_time: float = 0.0
+    end_time: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Lease a worker for the actor and run its creation task there."""
+
+    actor_id: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class StopWorker:
+    """Kill the worker that hosts (hosted) an actor."""
+
+    node_address: str
+    worker_id: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Changed:
+    """The actor's record changed: wake long-polls, persist it."""
+
+    actor_id: bytes
+
+
+ActorInstruction = Place | StopWorker | Changed
+
+
+class NameTakenError(ValueError):
+    """An actor with this name already exists in the namespace."""
+
+
+class ActorTable:
+    """All actors of the cluster, their names and their life cycle."""
+
+    def __init__(self) -> None:
+        self.actors: dict[bytes, ActorRecord] = {}
+        self.names: dict[tuple[str, str], bytes] = {}
+
+    def register(self, rec: ActorRecord, get_if_exists: bool = False) -> tuple[ActorRecord, bool, list[ActorInstruction]]:
+        """A new actor. Returns (record, existed, instructions)."""
+        if rec.name:
+            key = (rec.namespace, rec.name)
+            existing_id = self.names.get(key)
+            if existing_id is not None:
+                existing = self.actors[existing_id]
+                if existing.state != DEAD:
+                    if get_if_exists:
+                        return existing, True, []
+                    raise NameTakenError(
+                        f"an actor named {rec.name!r} already exists in namespace {rec.namespace!r}; "
+                        "pick another name, kill it first, or pass get_if_exists=True to reuse it"
+                    )
+            self.names[key] = rec.actor_id
+        self.actors[rec.actor_id] = rec
+        return rec, False, [Place(rec.actor_id), Changed(rec.actor_id)]
+
+    def lookup(self, name: str, namespace: str) -> ActorRecord | None:
+        """A live (not DEAD) actor by name."""
+        aid = self.names.get((namespace, name))
+        if aid is None:
+            return None
+        rec = self.actors.get(aid)
+        return rec if rec is not None and rec.state != DEAD else None
+
+    def _bump(self, rec: ActorRecord) -> Changed:
+        rec.version += 1
+        return Changed(rec.actor_id)
+
+    def placed(self, actor_id: bytes, *, node_id: bytes, node_address: str, worker_id: bytes,
+               worker_pid: int, lease_id: bytes, address: str) -> list[ActorInstruction]:
+        """A worker was leased for the actor; its creation task is about to run there."""
+        rec = self.actors.get(actor_id)
+        if rec is None:
+            return []
+        if rec.state == DEAD:  # killed while being placed
+            return [StopWorker(node_address, worker_id)]
+        rec.node_id, rec.node_address, rec.worker_id = node_id, node_address, worker_id
+        rec.worker_pid, rec.lease_id, rec.address = worker_pid, lease_id, address
+        return []
+
+    def created(self, actor_id: bytes, now: float) -> list[ActorInstruction]:
+        """``__init__`` returned: the actor serves calls."""
+        rec = self.actors.get(actor_id)
+        if rec is None:
+            return []
+        if rec.state == DEAD:
+            return [StopWorker(rec.node_address, rec.worker_id)]
+        rec.state = ALIVE
+        if not rec.start_time:
+            rec.start_time = now
+        return [self._bump(rec)]
+
+    def init_failed(self, actor_id: bytes, error: bytes, now: float) -> list[ActorInstruction]:
+        """``__init__`` raised: the actor is dead, without restarts (Ray's rule)."""
+        rec = self.actors.get(actor_id)
+        if rec is None:
+            return []
+        out: list[ActorInstruction] = [StopWorker(rec.node_address, rec.worker_id)] if rec.worker_id else []
+        self._die(rec, "init_failed", "the actor died because of an error raised in its creation task", now)
+        rec.init_error = error
+        return [*out, self._bump(rec)]
+
+    def worker_died(self, worker_id: bytes, detail: str, now: float, kind: str = "process_died") -> list[ActorInstruction]:
+        """The process hosting an actor ended: restart it if restarts remain."""
+        for rec in self.actors.values():
+            if rec.worker_id == worker_id and rec.state in (PENDING, ALIVE):
+                return self._lost(rec, detail, now, kind)
+        return []
+
+    def node_died(self, node_id: bytes, detail: str, now: float) -> list[ActorInstruction]:
+        """Every actor on a dead node is lost."""
+        out: list[ActorInstruction] = []
+        for rec in list(self.actors.values()):
+            if rec.node_id == node_id and rec.state in (PENDING, ALIVE):
+                out += self._lost(rec, f"its node died ({detail})", now, "node_died")
+        return out
+
+    def _lost(self, rec: ActorRecord, detail: str, now: float, kind: str) -> list[ActorInstruction]:
+        rec.address, rec.worker_id, rec.lease_id, rec.worker_pid = "", b"", b"", 0
+        if rec.max_restarts == -1 or rec.num_restarts < rec.max_restarts:
+            rec.num_restarts += 1
+            rec.state = RESTARTING
+            rec.death_cause = detail
+            return [Place(rec.actor_id), self._bump(rec)]
+        restarts = f" after {rec.num_restarts} restart(s)" if rec.num_restarts else ""
+        self._die(rec, kind, f"the actor's process died{restarts}: {detail}", now)
+        return [self._bump(rec)]
+
+    def kill(self, actor_id: bytes, no_restart: bool, reason: str, now: float, kind: str = "killed") -> list[ActorInstruction]:
+        """``nbcluster.kill`` (or out of scope / owner gone): stop the process; maybe restart."""
+        rec = self.actors.get(actor_id)
+        if rec is None or rec.state == DEAD:
+            return []
+        out: list[ActorInstruction] = []
+        if rec.worker_id:
+            out.append(StopWorker(rec.node_address, rec.worker_id))
+        if no_restart:
+            self._die(rec, kind, reason, now)
+            rec.address, rec.worker_id = "", b""
+            return [*out, self._bump(rec)]
+        # a kill that allows restarts: the worker death report drives the restart
+        return out
+
+    def owner_gone(self, owner_address: str = "", job_id: bytes = b"", now: float = 0.0) -> list[ActorInstruction]:
+        """The creator of non-detached actors died (or its job ended): they die too."""
+        out: list[ActorInstruction] = []
+        for rec in list(self.actors.values()):
+            if rec.detached or rec.state == DEAD:
+                continue
+            if (owner_address and rec.owner_address == owner_address) or (job_id and rec.job_id == job_id):
+                out += self.kill(rec.actor_id, True, "the process that created it (its owner) has exited", now, "owner_died")
+        return out
+
+    def _die(self, rec: ActorRecord, kind: str, cause: str, now: float) -> None:
+        rec.state = DEAD
+        rec.death_kind = kind
+        rec.death_cause = cause
+        rec.end_time = now

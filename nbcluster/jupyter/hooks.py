@@ -1,0 +1,126 @@
+"""Plug a kernel into the driver's hooks: submit context, task output, interrupts.
+
+:class:`KernelHooks` installs, for the connection the process has now,
+
+- the submit-context provider (:func:`~nbcluster.jupyter.output.cell_header`), so every
+  task knows the cell that submitted it;
+- in an ipykernel, the output handler (:class:`~nbcluster.jupyter.output.OutputRouter`),
+  so task output appears under that cell; elsewhere (plain IPython, scripts) the default
+  printing stays;
+- the interrupt handler (:class:`InterruptHandler`), so interrupting a cell that waits
+  in ``get``/``wait`` cancels the tasks that cell submitted (``on_interrupt="cancel"``)
+  or leaves them running and says how many (``"keep"``).
+
+The hooks belong to one connection: after ``shutdown()`` and a new ``init()`` they are
+installed again (``%cluster start``/``connect`` do it, and so does the check the
+extension runs before and after every cell).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Literal
+
+from nbcluster import state
+from nbcluster.jupyter.output import OutputRouter, cell_header, kernel_of
+
+__all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KernelHooks", "OnInterrupt"]
+
+log = logging.getLogger(__name__)
+
+OnInterrupt = Literal["cancel", "keep"]
+ON_INTERRUPT_CHOICES: tuple[OnInterrupt, ...] = ("cancel", "keep")
+
+
+class InterruptHandler:
+    """Called by ``get``/``wait`` on ``KeyboardInterrupt``, on the thread that was waiting.
+
+    Finds the tasks submitted by the cell being interrupted (same ``msg_id`` in their
+    submit context) that have not finished, cancels them unless ``on_interrupt`` is
+    ``"keep"``, and prints one line saying so. It never raises: the ``KeyboardInterrupt``
+    must reach the user.
+    """
+
+    def __init__(self, shell: Any, on_interrupt: OnInterrupt = "cancel") -> None:
+        self.shell = shell
+        self.on_interrupt: OnInterrupt = on_interrupt
+
+    def __call__(self) -> None:
+        try:
+            header = cell_header(self.shell)
+            msg_id = header.get("msg_id") if header else None
+            if not msg_id:
+                return
+
+            def same_cell(ctx: Any) -> bool:
+                return isinstance(ctx, dict) and ctx.get("msg_id") == msg_id
+
+            if self.on_interrupt == "cancel":
+                n = state.cancel_tasks(same_cell)
+                line = f"nbcluster: interrupted; cancelled {n} task(s) submitted by this cell"
+            else:
+                n = len(state.pending_tasks(same_cell))
+                line = (
+                    f"nbcluster: interrupted; {n} task(s) submitted by this cell keep running "
+                    "(on-interrupt is 'keep'; nbcluster.cancel(ref) stops one)"
+                )
+            print(line, file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - the KeyboardInterrupt must still propagate
+            log.exception("nbcluster interrupt handler failed")
+
+
+class KernelHooks:
+    """The hooks of one shell, (re)installed on each new driver connection."""
+
+    def __init__(self, shell: Any, on_interrupt: OnInterrupt = "cancel") -> None:
+        self.shell = shell
+        self.interrupt_handler = InterruptHandler(shell, on_interrupt)
+        self._router: OutputRouter | None = None
+        self._installed_job = ""
+
+    @property
+    def on_interrupt(self) -> OnInterrupt:
+        """What an interrupted ``get``/``wait`` does to the cell's tasks."""
+        return self.interrupt_handler.on_interrupt
+
+    @on_interrupt.setter
+    def on_interrupt(self, value: OnInterrupt) -> None:
+        if value not in ON_INTERRUPT_CHOICES:
+            raise ValueError(f"on_interrupt must be one of {ON_INTERRUPT_CHOICES}, got {value!r}")
+        self.interrupt_handler.on_interrupt = value
+
+    def install(self) -> None:
+        """Install the hooks on the current connection (it must exist)."""
+        state.set_submit_context_provider(self._provide)
+        state.set_interrupt_handler(self.interrupt_handler)
+        kernel = kernel_of(self.shell)
+        if kernel is not None:
+            if self._router is None:
+                self._router = OutputRouter(kernel)
+            state.set_output_handler(self._router.handle)
+        self._installed_job = state.session_info()["job_id"]
+
+    def ensure_installed(self) -> None:
+        """Install the hooks if the process has a connection they are not on yet."""
+        if state.is_connected() and state.session_info()["job_id"] != self._installed_job:
+            self.install()
+
+    def uninstall(self) -> None:
+        """Put the driver's defaults back (if connected) and stop the output thread."""
+        if state.is_connected() and state.session_info()["job_id"] == self._installed_job:
+            state.set_submit_context_provider(None)
+            state.set_interrupt_handler(None)
+            state.set_output_handler(None)
+        self._installed_job = ""
+        if self._router is not None:
+            self._router.close()
+            self._router = None
+
+    def flush(self) -> None:
+        """Publish buffered task output now."""
+        if self._router is not None:
+            self._router.flush()
+
+    def _provide(self) -> dict[str, Any] | None:
+        return cell_header(self.shell)

@@ -1,0 +1,167 @@
+"""Task output goes under the cell that submitted the task.
+
+Two hooks of :mod:`nbcluster.state` do it:
+
+- :func:`cell_header` is the submit-context provider: every task remembers the header of
+  the Jupyter message (normally the cell's ``execute_request``) that was being handled
+  when it was submitted.
+- :class:`OutputRouter` is the output handler: it receives the task's stdout/stderr
+  records on the driver's I/O thread, coalesces those that arrive within ``interval``
+  seconds into one ``stream`` message per cell and stream, and publishes it on iopub
+  with the submitting cell's header as parent. Front ends then show it under that cell,
+  also after the cell finished and while another cell runs.
+
+``Session.send`` on the kernel's iopub socket is safe from any thread in ipykernel 7:
+``iopub_socket`` is a ``BackgroundSocket`` whose ``send_multipart`` hands the frames to
+the ``IOPubThread`` (thread-local event pipe), which does the actual zmq send. This is
+also how ipykernel's own ``OutStream`` publishes from threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any
+
+from nbcluster.state import OutputRecord
+
+__all__ = ["OutputRouter", "cell_header", "format_record", "kernel_of"]
+
+log = logging.getLogger(__name__)
+
+#: Records arriving within this many seconds go out as one message per cell and stream.
+COALESCE_INTERVAL_S = 0.05
+
+
+def kernel_of(shell: Any) -> Any:
+    """The ipykernel ``Kernel`` behind ``shell``, or None for plain IPython (no iopub)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None or not hasattr(kernel, "session") or not hasattr(kernel, "iopub_socket"):
+        return None
+    return kernel
+
+
+def cell_header(shell: Any) -> dict[str, Any] | None:
+    """The header of the message the kernel is handling for the calling thread.
+
+    In a kernel this is ``shell.get_parent()`` (ipykernel ≥ 6): on the main thread, the
+    running cell's ``execute_request``; on other threads, the message of the most recent
+    cell (ipykernel's own rule for output from threads). In plain IPython, where there
+    are no messages, a stand-in header names the execution count, so that tasks of one
+    cell can still be told apart (for cancelling them on interrupt).
+    """
+    get_parent = getattr(shell, "get_parent", None)
+    if get_parent is not None:
+        parent = get_parent()
+        if parent:
+            header = parent.get("header", parent)
+            return header if header.get("msg_id") else None
+        return None
+    return {
+        "msg_id": f"ipython-{id(shell):x}-{shell.execution_count}",
+        "msg_type": "execute_request",
+    }
+
+
+def format_record(record: OutputRecord) -> str:
+    """The text of ``record``, each line prefixed ``(name pid=N)``, plus a folded-lines note."""
+    prefix = f"({record.task_name} pid={record.pid}) "
+    parts = []
+    if record.text:
+        parts.extend(prefix + line for line in record.text.splitlines(keepends=True))
+        if not record.text.endswith("\n"):
+            parts.append("\n")
+    if record.dropped_lines:
+        parts.append(
+            f"{prefix}[... {record.dropped_lines} more lines folded by the output rate limit ...]\n"
+        )
+    return "".join(parts)
+
+
+@dataclasses.dataclass
+class _Pending:
+    parent: dict[str, Any]
+    parts: list[str]
+
+
+class OutputRouter:
+    """Publishes task output on iopub under the submitting cell, coalesced.
+
+    Install it with ``nbcluster.state.set_output_handler(router.handle)``. A daemon thread
+    (``nbcluster-output``) sends what :meth:`handle` buffered, at most once per
+    ``interval`` seconds per cell and stream. :meth:`close` sends what is left and stops
+    the thread.
+    """
+
+    def __init__(self, kernel: Any, interval: float = COALESCE_INTERVAL_S) -> None:
+        self._kernel = kernel
+        self._interval = interval
+        self._cond = threading.Condition()
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="nbcluster-output", daemon=True)
+        self._thread.start()
+
+    def handle(self, context: Any, record: OutputRecord) -> None:
+        """Buffer ``record`` for the cell whose header is ``context`` (runs on the I/O thread)."""
+        text = format_record(record)
+        if not text:
+            return
+        parent = context if isinstance(context, dict) and context.get("msg_id") else None
+        if parent is None:
+            # Submitted by another process, or outside any cell: the latest cell, as
+            # ipykernel does for output from threads.
+            parent = cell_header(self._kernel.shell) or {}
+        key = (str(parent.get("msg_id", "")), "stderr" if record.stream == "stderr" else "stdout")
+        with self._cond:
+            if self._closed:
+                return
+            pending = self._pending.get(key)
+            if pending is None:
+                self._pending[key] = _Pending(parent, [text])
+                self._cond.notify()
+            else:
+                pending.parts.append(text)
+
+    def flush(self) -> None:
+        """Send everything buffered now (from any thread)."""
+        with self._cond:
+            batch, self._pending = self._pending, {}
+        for (_, stream), pending in batch.items():
+            self._send(stream, "".join(pending.parts), pending.parent)
+
+    def close(self) -> None:
+        """Send what is buffered and stop the thread; later records are dropped."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=5)
+        self.flush()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                # Let the records of the next ``interval`` seconds join this message.
+                deadline = time.monotonic() + self._interval
+                while not self._closed and (remaining := deadline - time.monotonic()) > 0:
+                    self._cond.wait(remaining)
+                if self._closed:
+                    return  # close() sends the rest
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - keep routing later output
+                log.exception("could not publish task output")
+
+    def _send(self, stream: str, text: str, parent: dict[str, Any]) -> None:
+        kernel = self._kernel
+        kernel.session.send(
+            kernel.iopub_socket,
+            "stream",
+            {"name": stream, "text": text},
+            parent=parent,
+            ident=f"stream.{stream}".encode(),
+        )
