@@ -27,7 +27,24 @@ from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
 from nbcluster.cluster import LocalCluster
 
+from nbcluster import util  # noqa: E402, I001 - after the names util uses
+
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ip: object) -> None:
+    """``%load_ext nbcluster``: register the ``%cluster`` magic (see ``nbcluster.jupyter``)."""
+    from nbcluster.jupyter import magics
+
+    magics.load_ipython_extension(ip)
+
+
+def unload_ipython_extension(ip: object) -> None:
+    """``%unload_ext nbcluster``: remove the hooks the extension installed."""
+    from nbcluster.jupyter import magics
+
+    magics.unload_ipython_extension(ip)
+
 
 __all__ = [
     "ActorClass",
@@ -55,5 +72,6 @@ __all__ = [
     "put",
     "remote",
     "shutdown",
+    "util",
     "wait",
 ]

@@ -72,6 +72,18 @@ class ObjectRef:
     def __repr__(self) -> str:
         return f"ObjectRef({self._id.hex()})"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Jupyter display: pending / ready / failed, size and where (text and HTML)."""
+        from nbcluster.jupyter.display import object_ref_mimebundle
+
+        return object_ref_mimebundle(self)
+
+    def _repr_html_(self) -> str:
+        """HTML display: pending / ready / failed, size and where."""
+        from nbcluster.jupyter.display import object_ref_html
+
+        return object_ref_html(self)
+
     def __reduce__(self) -> tuple[Any, ...]:
         note_contained_ref(self)
         return (_rebuild_ref, (self._id, self._owner))

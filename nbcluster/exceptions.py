@@ -339,6 +339,18 @@ class TaskError(NbclusterError):
             f"cause={_short_repr(self.cause)})"
         )
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Jupyter display: the function, where it ran, and the remote traceback."""
+        from nbcluster.jupyter.display import task_error_mimebundle
+
+        return task_error_mimebundle(self)
+
+    def _repr_html_(self) -> str:
+        """HTML display: the function, where it ran, and the remote traceback (escaped)."""
+        from nbcluster.jupyter.display import task_error_html
+
+        return task_error_html(self)
+
 
 # Descriptors of attributes kept in C or __slots__ storage, copied to the dual instance.
 _SLOT_TYPES = (types.MemberDescriptorType, types.GetSetDescriptorType)

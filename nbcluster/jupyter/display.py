@@ -44,7 +44,7 @@ _STATE_COLORS = {"pending": "#b80", "ready": "#292", "failed": "#b22", "unknown"
 # ------------------------------------------------------------------------------ helpers
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _template(name: str) -> string.Template:
     text = resources.files("nbcluster.jupyter").joinpath("templates", name).read_text("utf-8")
     return string.Template(text)

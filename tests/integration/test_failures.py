@@ -9,6 +9,7 @@ task itself (``os._exit``, ``SIGKILL`` to its own pid, a segfault).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
@@ -148,7 +149,9 @@ def _crasher():
 
 
 @pytest.mark.parametrize(("mode", "detail"), CRASHES)
-def test_crashing_task_is_retried_then_raises_worker_crashed(shared_cluster, tmp_path, mode, detail):
+def test_crashing_task_is_retried_then_raises_worker_crashed(
+    shared_cluster, tmp_path, mode, detail
+):
     runs = tmp_path / "runs"
     session = shared_cluster.session_dir
     processes_before = len(cluster_processes(session))
@@ -256,12 +259,19 @@ def test_retry_exceptions_list_retries_only_listed_types(shared_cluster, tmp_pat
 def test_retry_exceptions_true_retries_any_exception(shared_cluster, tmp_path):
     flaky = _flaky()
     any_exc = tmp_path / "any"
-    assert nbcluster.get(flaky.options(retry_exceptions=True).remote(str(any_exc), RuntimeError, 2), timeout=30) == 3
+    assert (
+        nbcluster.get(
+            flaky.options(retry_exceptions=True).remote(str(any_exc), RuntimeError, 2), timeout=30
+        )
+        == 3
+    )
     assert len(_marks(any_exc)) == 3
 
     never = tmp_path / "never"
     with pytest.raises(TaskError, match=r"attempt 1"):
-        nbcluster.get(flaky.options(retry_exceptions=False).remote(str(never), RuntimeError, 1), timeout=30)
+        nbcluster.get(
+            flaky.options(retry_exceptions=False).remote(str(never), RuntimeError, 1), timeout=30
+        )
     assert len(_marks(never)) == 1
 
 
@@ -334,10 +344,8 @@ def test_force_cancel_kills_the_worker_and_is_not_retried(shared_cluster, tmp_pa
         with open(path, "a") as fh:
             fh.write(f"{os.getpid()}\n")
         while True:  # ignores KeyboardInterrupt: only force can stop it
-            try:
+            with contextlib.suppress(KeyboardInterrupt):
                 time.sleep(60)
-            except KeyboardInterrupt:
-                pass
 
     ref = stubborn.remote(str(runs))  # default max_retries=3
     _await_marks(runs, 1, "the stubborn task")
@@ -412,7 +420,9 @@ def test_unpicklable_argument_fails_at_submit_and_nothing_is_submitted(shared_cl
     poll_for(lambda: nbcluster.available_resources() == nbcluster.cluster_resources(), timeout=10)
     held = nbcluster.put("held")
     held_id = held.binary()
-    with pytest.raises(SerializationError, match=r"argument 0\['inner'\]\['lock'\] is a _thread\.lock"):
+    with pytest.raises(
+        SerializationError, match=r"argument 0\['inner'\]\['lock'\] is a _thread\.lock"
+    ):
         take.remote({"a": 1, "inner": {"ref": held, "lock": threading.Lock()}}, str(runs))
     with pytest.raises(TypeError, match=r"argument arg\['lock'\]"):  # also a TypeError
         take.remote(arg={"lock": threading.Lock()}, path=str(runs))
@@ -470,7 +480,9 @@ def test_unpicklable_return_value_is_a_task_error(shared_cluster):
     def returns_lock():
         return {"lock": threading.Lock()}
 
-    with pytest.raises(TaskError, match=r"return value of .*returns_lock could not be serialized") as info:
+    with pytest.raises(
+        TaskError, match=r"return value of .*returns_lock could not be serialized"
+    ) as info:
         nbcluster.get(returns_lock.remote(), timeout=30)
     err = info.value
     assert isinstance(err.cause, SerializationError)
@@ -572,7 +584,9 @@ def test_import_of_missing_module_fails_fast_every_time(shared_cluster):
 
     for _ in range(3):
         start = time.monotonic()
-        with pytest.raises(TaskError, match=r"No module named 'nbcluster_no_such_module_xyz'") as info:
+        with pytest.raises(
+            TaskError, match=r"No module named 'nbcluster_no_such_module_xyz'"
+        ) as info:
             nbcluster.get(needs_module.remote(), timeout=5)
         assert isinstance(info.value, ImportError)
         assert time.monotonic() - start < 5
@@ -612,9 +626,11 @@ def test_huge_closure_is_refused_at_submit_time(shared_cluster, tmp_path):
             fh.write("x\n")
         return int(big[0])
 
-    with pytest.raises(ValueError, match=r"closes_over_big pickles to 14\d\.\d MiB.*nbcluster\.put\(\)"):
+    with pytest.raises(
+        ValueError, match=r"closes_over_big pickles to 14\d\.\d MiB.*nbcluster\.put\(\)"
+    ):
         closes_over_big.remote(str(runs))
-    del big, closes_over_big  # free the 150 MB
+    big = None  # free the 150 MB (the closure cell was its only other holder)
     # Nothing was submitted: the first call with a small closure is the first execution.
 
     @nbcluster.remote
@@ -634,7 +650,9 @@ def test_large_closure_warns_and_runs(shared_cluster):
     def closes_over_medium():
         return int(medium.sum())
 
-    with pytest.warns(UserWarning, match=r"closes_over_medium pickles to 19\.\d MiB.*nbcluster\.put\(\)"):
+    with pytest.warns(
+        UserWarning, match=r"closes_over_medium pickles to 19\.\d MiB.*nbcluster\.put\(\)"
+    ):
         ref = closes_over_medium.remote()
     assert nbcluster.get(ref, timeout=60) == 20 * 10**6
     assert nbcluster.get(closes_over_medium.remote(), timeout=60) == 20 * 10**6

@@ -147,8 +147,6 @@ def make_channel(address: str, token: str, *, max_message_bytes: int = 512 * 2**
         options=[
             *_message_options(max_message_bytes),
             ("grpc.enable_http_proxy", 0),
-            ("grpc.keepalive_time_ms", 20_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
         ],
     )
 

@@ -135,7 +135,9 @@ class Feed:
             return len(self._subs)
 
     # -- subscribers ------------------------------------------------------------------------
-    def subscribe(self, callback: Callback, *, events: bool = True, nodes: bool = True) -> Subscription:
+    def subscribe(
+        self, callback: Callback, *, events: bool = True, nodes: bool = True
+    ) -> Subscription:
         """Call ``callback(update)`` on every tick; start the thread if needed.
 
         ``events``/``nodes`` say what the subscriber needs polled; a subscriber that wants
@@ -147,7 +149,9 @@ class Feed:
             self._subs.append(sub)
             if self._autostart and (self._thread is None or not self._thread.is_alive()):
                 self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="nbcluster-widget-feed", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="nbcluster-widget-feed", daemon=True
+                )
                 self._thread.start()
         return sub
 
@@ -187,7 +191,11 @@ class Feed:
             if not subs:
                 return 0
             session = _current_session()
-            stale = [s for s in subs if session is None or (s.session is not None and s.session != session)]
+            stale = [
+                s
+                for s in subs
+                if session is None or (s.session is not None and s.session != session)
+            ]
             if stale:
                 self._drop(stale)
                 subs = [s for s in subs if s not in stale]
@@ -227,7 +235,9 @@ class Feed:
         try:
             sub.callback(update)
         except Exception:  # noqa: BLE001 - one broken widget must not stop the others
-            log.warning("nbcluster widget feed: a subscriber failed; unsubscribing it", exc_info=True)
+            log.warning(
+                "nbcluster widget feed: a subscriber failed; unsubscribing it", exc_info=True
+            )
             self.unsubscribe(sub)
             return False
         return True

@@ -1,0 +1,309 @@
+"""The ``%cluster`` line magic: parse arguments, delegate to nbcluster, return a view.
+
+Load with ``%load_ext nbcluster``. Subcommands::
+
+    %cluster start [--num-cpus N] [--num-gpus N] [--nodes K] [--object-store-memory SIZE]
+                   [--on-interrupt cancel|keep]
+    %cluster connect ADDRESS|auto [--on-interrupt cancel|keep]
+    %cluster status
+    %cluster scale N
+    %cluster stop
+    %cluster widgets
+
+``%cluster SUBCOMMAND --help`` shows each one's usage. Arguments are parsed with
+``argparse`` and typed converters; nothing typed after ``%cluster`` is ever evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shlex
+from typing import Any, NoReturn
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+import nbcluster
+from nbcluster import state
+from nbcluster.jupyter.display import ClusterView
+from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
+
+__all__ = [
+    "ClusterMagics",
+    "build_parser",
+    "load_ipython_extension",
+    "parse_size",
+    "unload_ipython_extension",
+]
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """``"512MB"`` → 512·10⁶, ``"2GiB"`` → 2·2³⁰, ``"1000"`` → 1000 (bytes).
+
+    Decimal units (kB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB, GiB, TiB)
+    powers of 1024; case does not matter.
+    """
+    match = _SIZE_RE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: use bytes (1000000) or a number with a unit "
+            "(512MB, 2GiB; units: kB MB GB TB KiB MiB GiB TiB)"
+        )
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _amount(text: str) -> float:
+    """A finite, non-negative number of CPUs or GPUs (``2``, ``0.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return int(value) if value.is_integer() else value
+
+
+def _positive_int(text: str) -> int:
+    """A whole number >= 1 (nodes)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+class _HelpShown(Exception):
+    """``--help`` printed the usage: the magic returns without doing anything."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of exiting the kernel."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            print(message)
+        raise _HelpShown
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``%cluster`` argument parser (one subparser per subcommand)."""
+    parser = _Parser(prog="%cluster", description="Start, join, inspect and stop an nbcluster.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    start = sub.add_parser(
+        "start",
+        help="start a cluster on this machine (re-attaches if one is already connected)",
+        description="Start a cluster that ends with this kernel. Re-running it returns the "
+        "cluster already connected.",
+    )
+    start.add_argument("--num-cpus", type=_amount, metavar="N", help="CPUs per node")
+    start.add_argument("--num-gpus", type=_amount, metavar="N", help="GPUs per node")
+    start.add_argument("--nodes", type=_positive_int, default=1, metavar="K", help="node managers")
+    start.add_argument(
+        "--object-store-memory",
+        type=parse_size,
+        metavar="SIZE",
+        help="object store size per node: bytes, or 512MB, 2GiB, ...",
+    )
+    _add_on_interrupt(start)
+
+    connect = sub.add_parser(
+        "connect",
+        help="join a running cluster",
+        description="Join the cluster whose head listens at ADDRESS (host:port), or the newest "
+        "cluster on this host with 'auto'.",
+    )
+    connect.add_argument("address", metavar="ADDRESS", help="host:port of the head, or 'auto'")
+    _add_on_interrupt(connect)
+
+    sub.add_parser("status", help="show the connected cluster", description="Show the cluster.")
+    scale = sub.add_parser(
+        "scale",
+        help="set the number of nodes of the cluster this kernel started",
+        description="Add or remove node managers until the cluster has N of them.",
+    )
+    scale.add_argument("nodes", type=_positive_int, metavar="N", help="number of nodes")
+    sub.add_parser(
+        "stop",
+        help="disconnect, and stop the cluster if this kernel started it",
+        description="Disconnect; a cluster this kernel started is stopped.",
+    )
+    sub.add_parser(
+        "widgets", help="show the live dashboard", description="Show the live dashboard."
+    )
+    return parser
+
+
+def _add_on_interrupt(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--on-interrupt",
+        choices=ON_INTERRUPT_CHOICES,
+        default=None,
+        help="what interrupting a cell does to the tasks it submitted (default: cancel)",
+    )
+
+
+@magics_class
+class ClusterMagics(Magics):
+    """``%cluster``: see the module docstring."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.hooks = KernelHooks(shell)
+        self._view: ClusterView | None = None
+        self._parser = build_parser()
+
+    @line_magic
+    def cluster(self, line: str) -> Any:
+        """Start, join, inspect, scale or stop a cluster (``%cluster --help``)."""
+        try:
+            argv = shlex.split(line)
+        except ValueError as err:
+            raise UsageError(f"%cluster: {err}") from None
+        try:
+            args = self._parser.parse_args(argv)
+        except _HelpShown:
+            return None
+        return getattr(self, f"_{args.command}")(args)
+
+    # -- subcommands ---------------------------------------------------------------------
+    def _start(self, args: argparse.Namespace) -> ClusterView:
+        if state.is_connected():
+            view = self._attach(args.on_interrupt)
+            given = [
+                name
+                for name in ("num_cpus", "num_gpus", "object_store_memory")
+                if getattr(args, name) is not None
+            ] + (["nodes"] if args.nodes != 1 else [])
+            if given:
+                print(
+                    f"nbcluster: already connected to {view.address}; ignored "
+                    f"{', '.join('--' + n.replace('_', '-') for n in given)}. "
+                    "Run %cluster stop first to start a different cluster."
+                )
+            return view
+        nbcluster.init(
+            num_cpus=args.num_cpus,
+            num_gpus=args.num_gpus,
+            object_store_memory=args.object_store_memory,
+            _nodes=args.nodes,
+        )
+        return self._attach(args.on_interrupt)
+
+    def _connect(self, args: argparse.Namespace) -> ClusterView:
+        if state.is_connected():
+            current = state.session_info()["address"]
+            if args.address not in ("auto", current):
+                raise UsageError(
+                    f"already connected to {current}; run %cluster stop first to join "
+                    f"{args.address}"
+                )
+            return self._attach(args.on_interrupt)
+        nbcluster.init(address=args.address)
+        return self._attach(args.on_interrupt)
+
+    def _status(self, args: argparse.Namespace) -> ClusterView | None:
+        if not state.is_connected():
+            print("nbcluster: not connected; run %cluster start or %cluster connect ADDRESS")
+            return None
+        return self._attach(None)
+
+    def _scale(self, args: argparse.Namespace) -> ClusterView:
+        if not state.is_connected():
+            raise UsageError("no cluster: run %cluster start first")
+        cluster = state.local_cluster()
+        if cluster is None:
+            raise UsageError(
+                f"this kernel joined the cluster at {state.session_info()['address']} but did "
+                "not start it, so it cannot scale it; scale it from the process that started it"
+            )
+        cluster.scale(args.nodes)
+        return self._attach(None)
+
+    def _stop(self, args: argparse.Namespace) -> None:
+        if not state.is_connected():
+            print("nbcluster: no cluster to stop")
+            return
+        info = state.session_info()
+        self.hooks.uninstall()
+        self._view = None
+        nbcluster.shutdown()
+        what = "stopped the cluster" if info["started_here"] else "disconnected from the cluster"
+        print(f"nbcluster: {what} at {info['address']}")
+
+    def _widgets(self, args: argparse.Namespace) -> Any:
+        try:
+            from nbcluster.jupyter import widgets
+        except ImportError as err:
+            raise UsageError(
+                f"the live dashboard is not available ({err}); %cluster status shows the "
+                "cluster as text"
+            ) from None
+        dashboard = getattr(widgets, "dashboard", None)
+        if dashboard is None:
+            raise UsageError(
+                "the live dashboard is not available in this build; "
+                "%cluster status shows the cluster as text"
+            )
+        return dashboard()
+
+    # -- helpers -------------------------------------------------------------------------
+    def _attach(self, on_interrupt: str | None) -> ClusterView:
+        """The view of the current connection (the same object while it lasts), hooks on."""
+        if on_interrupt is not None:
+            self.hooks.on_interrupt = on_interrupt  # type: ignore[assignment]
+        self.hooks.ensure_installed()
+        if self._view is None or not self._view.is_current():
+            self._view = ClusterView(nbcluster.ClusterInfo(**state.session_info()))
+        return self._view
+
+    def _on_cell(self, *args: Any) -> None:
+        """Before and after each cell: hooks on a connection made with ``nbcluster.init()``."""
+        self.hooks.ensure_installed()
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """Register ``%cluster`` (``%load_ext nbcluster``); hook into a connection if one exists."""
+    magics = ClusterMagics(ip)
+    ip.register_magics(magics)
+    ip.events.register("pre_run_cell", magics._on_cell)
+    ip.events.register("post_run_cell", magics._on_cell)
+    magics.hooks.ensure_installed()
+
+
+def unload_ipython_extension(ip: Any) -> None:
+    """Remove the hooks this extension installed (``%unload_ext nbcluster``)."""
+    magics = ip.magics_manager.registry.get("ClusterMagics")
+    if magics is None:
+        return
+    ip.events.unregister("pre_run_cell", magics._on_cell)
+    ip.events.unregister("post_run_cell", magics._on_cell)
+    magics.hooks.uninstall()
+    ip.magics_manager.registry.pop("ClusterMagics", None)
+    ip.magics_manager.magics["line"].pop("cluster", None)

@@ -1,0 +1,35 @@
+"""Live widgets: task timeline, resources, object store, task graph, progress bars.
+
+Each is a small object that owns an ipywidget (a plotly ``FigureWidget`` or a box of
+ipywidgets) and is updated from the kernel's one throttled feed (``_feed.py``: it polls
+:mod:`nbcluster.state` a few times a second at most). ipywidgets and plotly are imported
+when a widget is created, never by ``import nbcluster``. Every widget has a text/plain
+repr, so it reads well where widgets do not render.
+
+- :class:`Timeline` — a lane per worker, a bar per task attempt, a colour per function.
+- :class:`Resources` — CPU, GPU, memory and custom resources in use per node.
+- :class:`ObjectStore` — store use per node over time, and the largest objects this
+  notebook owns with the variables that hold them.
+- :class:`DAGView` — the tasks behind some refs as a graph, coloured by state.
+- :func:`progress` — a progress bar for many refs (returns a :class:`Progress` handle).
+- :func:`dashboard` — Timeline, Resources and ObjectStore in tabs (``%cluster widgets``).
+"""
+
+from nbcluster.jupyter.widgets._dag import DAGView
+from nbcluster.jupyter.widgets._dashboard import Dashboard, dashboard
+from nbcluster.jupyter.widgets._objects import ObjectStore, find_ref_names
+from nbcluster.jupyter.widgets._progress import Progress, progress
+from nbcluster.jupyter.widgets._resources import Resources
+from nbcluster.jupyter.widgets._timeline import Timeline
+
+__all__ = [
+    "DAGView",
+    "Dashboard",
+    "ObjectStore",
+    "Progress",
+    "Resources",
+    "Timeline",
+    "dashboard",
+    "find_ref_names",
+    "progress",
+]

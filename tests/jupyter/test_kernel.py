@@ -1,0 +1,164 @@
+"""The Jupyter layer in a real ipykernel, driven over ZMQ with jupyter_client.
+
+(a) task output goes under the cell that submitted the task, even after it finished;
+(b) a flood of output is folded and reaches the notebook in a bounded number of messages;
+(c) interrupting a cell that waits cancels its tasks and the cluster stays usable (J02);
+(d) the cluster dies with the kernel: SIGKILL and restart (J01).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+import pytest
+
+from nbcluster.testing import assert_no_processes, cluster_processes, kill_process
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LATE_TASK = """
+import time
+import nbcluster
+
+@nbcluster.remote
+def late():
+    time.sleep(1.5)
+    print("late-output")
+    return 1
+
+late_ref = late.remote()
+"""
+
+
+def test_output_goes_to_the_submitting_cell(kernel):
+    k = kernel()
+    k.start_cluster()
+    # Cell A submits a task that prints after A has finished; cell B is running by then.
+    cell_a = k.submit(LATE_TASK)
+    cell_b = k.submit("import time; time.sleep(3)")
+    k.wait_done(cell_a)
+    k.wait_for(lambda: "late-output" in k.stream_text(), what="the task's output")
+    k.wait_done(cell_b)
+    late = [m for m in k.streams() if "late-output" in m["content"]["text"]]
+    assert len(late) == 1, late
+    assert late[0]["parent_header"]["msg_id"] == cell_a
+    assert late[0]["content"]["name"] == "stdout"
+    assert re.fullmatch(r"\(late pid=\d+\) late-output\n", late[0]["content"]["text"])
+    assert "late-output" not in k.stream_text(cell_b)
+
+
+FLOOD = """
+import nbcluster
+
+@nbcluster.remote
+def flood(n):
+    for i in range(n):
+        print("line", i)
+    return n
+
+assert nbcluster.get(flood.remote(100_000)) == 100_000
+"""
+
+
+def test_output_flood_is_folded_and_bounded(kernel):
+    k = kernel()
+    k.start_cluster()
+    cell = k.run(FLOOD, timeout=120)
+    k.wait_for(lambda: "more lines folded" in k.stream_text(cell), what="the folded-lines note")
+    # Let late messages arrive before counting: run one more cell to completion.
+    k.run("pass")
+    task_messages = [m for m in k.streams(cell) if "(flood pid=" in m["content"]["text"]]
+    assert 0 < len(task_messages) < 200, len(task_messages)
+    text = "".join(m["content"]["text"] for m in task_messages)
+    shown = text.count("line ")
+    assert 0 < shown < 100_000
+    assert "(flood pid=" in text and "line 0\n" in text
+
+
+INTERRUPTED = """
+import time
+import nbcluster
+
+@nbcluster.remote
+def slow(s):
+    time.sleep(s)
+    return s
+
+@nbcluster.remote
+def f(x):
+    return x + 1
+"""
+
+
+def test_interrupt_cancels_the_cells_tasks_and_cluster_stays_usable(kernel):
+    k = kernel()
+    k.start_cluster()
+    k.run(INTERRUPTED)
+    cell = k.submit("nbcluster.get(slow.remote(60))")
+    k.wait_for(lambda: k.busy(cell), what="the cell to start")
+    k.pump(1.0)
+    k.km.interrupt_kernel()
+    reply = k.wait_done(cell, timeout=15)
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert "cancelled 1 task(s) submitted by this cell" in k.stream_text(cell)
+    # The kernel and the cluster are still usable, and nothing of that cell is left.
+    k.run("assert nbcluster.get(f.remote(1)) == 2")
+    k.run(
+        "from nbcluster.testing import poll_for\n"
+        "poll_for(lambda: len(nbcluster.state.pending_tasks()) == 0, timeout=15)\n"
+        "from nbcluster.testing import assert_cluster_healthy\n"
+        "assert_cluster_healthy(timeout=30)"
+    )
+
+
+def test_interrupt_with_keep_policy_leaves_tasks_running(kernel):
+    k = kernel()
+    k.start_cluster("--num-cpus 2 --on-interrupt keep")
+    k.run(INTERRUPTED)
+    cell = k.submit("ref = slow.remote(3); nbcluster.get(ref)")
+    k.wait_for(lambda: k.busy(cell), what="the cell to start")
+    k.pump(1.0)
+    k.km.interrupt_kernel()
+    reply = k.wait_done(cell, timeout=15)
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert "1 task(s) submitted by this cell keep running" in k.stream_text(cell)
+    k.run("assert nbcluster.get(ref, timeout=30) == 3")
+
+
+def test_cluster_dies_with_a_killed_kernel_and_a_new_kernel_can_start_one(kernel):
+    k = kernel()
+    session_dir = k.start_cluster()
+    k.run(
+        "import nbcluster\n"
+        "@nbcluster.remote\n"
+        "def g(x):\n"
+        "    return x * 2\n"
+        "assert nbcluster.get(g.remote(21)) == 42"
+    )
+    assert cluster_processes(session_dir), "the cluster should be running"
+    kill_process(k.pid, signal.SIGKILL)
+    assert_no_processes(session_dir, timeout=10)
+
+    k2 = kernel()
+    session_2 = k2.start_cluster()
+    assert session_2 != session_dir
+    k2.run(
+        "import nbcluster\n"
+        "@nbcluster.remote\n"
+        "def seven():\n"
+        "    return 7\n"
+        "assert nbcluster.get(seven.remote()) == 7"
+    )
+
+
+def test_cluster_dies_on_kernel_restart(kernel):
+    k = kernel()
+    session_dir = k.start_cluster()
+    k.km.restart_kernel(now=True)
+    k.client.wait_for_ready(timeout=60)
+    assert_no_processes(session_dir, timeout=10)
+    session_2 = k.start_cluster()
+    assert session_2 != session_dir
+    k.run("import nbcluster; assert nbcluster.get(nbcluster.put(5)) == 5")
