@@ -24,6 +24,7 @@ __all__ = [
     "is_connected",
     "session_info",
     "local_cluster",
+    "cluster_status",
     "task_events",
     "node_stats",
     "owned_objects",
@@ -107,6 +108,64 @@ def session_info() -> dict[str, Any]:
         "node_id": info.node_id,
         "job_id": info.job_id,
         "started_here": info.started_here,
+    }
+
+
+def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[str, Any]:
+    """A snapshot of a cluster read from its head, without connecting a driver.
+
+    Works from any thread and inside a running event loop (it uses a blocking channel).
+    Returns ``{"address", "session_dir", "nodes": [...], "total": {...}, "available":
+    {...}, "store_used", "store_capacity", "num_workers", "pending_leases", "actors"}``.
+    Raises ``HeadUnavailableError`` when the head cannot be reached.
+    """
+    import grpc
+
+    from nbcluster._runtime import proc
+    from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb_grpc
+
+    token = proc.read_token(token_file)
+    md = auth_metadata(token)
+    channel = make_sync_channel(address, token)
+    try:
+        head = pb_grpc.HeadStub(channel)
+        try:
+            info = head.GetClusterInfo(pb.Empty(), metadata=md, timeout=timeout)
+            actors = head.ListActors(pb.Empty(), metadata=md, timeout=timeout)
+        except grpc.RpcError as err:
+            raise to_exception(err, Peer.HEAD, "status") from None  # type: ignore[arg-type]
+    finally:
+        channel.close()
+    nodes = []
+    total: dict[str, float] = {}
+    available: dict[str, float] = {}
+    for n in info.nodes:
+        nodes.append(
+            {
+                "node_id": n.node_id.hex(),
+                "name": n.node_name,
+                "address": n.address,
+                "total": dict(n.total),
+                "available": dict(n.available),
+                "store_used": n.store_used,
+                "store_capacity": n.store_capacity,
+                "num_workers": n.num_workers,
+            }
+        )
+        for k, v in n.total.items():
+            total[k] = total.get(k, 0.0) + v
+        for k, v in n.available.items():
+            available[k] = available.get(k, 0.0) + v
+    return {
+        "address": address,
+        "session_dir": info.session_dir,
+        "nodes": nodes,
+        "total": total,
+        "available": available,
+        "store_used": sum(n["store_used"] for n in nodes),
+        "store_capacity": sum(n["store_capacity"] for n in nodes),
+        "num_workers": sum(n["num_workers"] for n in nodes),
+        "actors": sum(1 for a in actors.actors if a.state != pb.ActorInfo.DEAD),
     }
 
 

@@ -19,6 +19,7 @@ also how ipykernel's own ``OutStream`` publishes from threads.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import threading
@@ -27,7 +28,13 @@ from typing import Any
 
 from nbcluster.state import OutputRecord
 
-__all__ = ["OutputRouter", "cell_header", "format_record", "kernel_of"]
+__all__ = [
+    "OutputRouter",
+    "cell_header",
+    "format_record",
+    "kernel_of",
+    "latest_cell_header",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,17 @@ def cell_header(shell: Any) -> dict[str, Any] | None:
         "msg_id": f"ipython-{id(shell):x}-{shell.execution_count}",
         "msg_type": "execute_request",
     }
+
+
+def latest_cell_header(shell: Any) -> dict[str, Any] | None:
+    """The header of the most recent cell, whatever context the caller runs in.
+
+    ipykernel keeps the parent in a ``ContextVar`` with a process-wide fallback. Code on
+    the driver's I/O loop runs in contexts that asyncio copied from whichever cell
+    scheduled it, so a plain lookup there returns an arbitrary earlier cell; looking it
+    up in an empty context always gives the fallback, the latest cell.
+    """
+    return contextvars.Context().run(cell_header, shell)
 
 
 def format_record(record: OutputRecord) -> str:
@@ -113,7 +131,7 @@ class OutputRouter:
         if parent is None:
             # Submitted by another process, or outside any cell: the latest cell, as
             # ipykernel does for output from threads.
-            parent = cell_header(self._kernel.shell) or {}
+            parent = latest_cell_header(self._kernel.shell) or {}
         key = (str(parent.get("msg_id", "")), "stderr" if record.stream == "stderr" else "stdout")
         with self._cond:
             if self._closed:

@@ -64,7 +64,9 @@ class Cli:
         return [p for p in self.temp_dir.glob("session_*") if not p.is_symlink()]
 
     def processes(self) -> list[psutil.Process]:
-        return [p for s in self.sessions() for p in cluster_processes(s)]
+        """Every process whose command line names this test's temp dir (any session in it,
+        also through the 'session_latest' link)."""
+        return cluster_processes(self.temp_dir)
 
     def cleanup(self) -> None:
         with contextlib.suppress(Exception):
@@ -136,9 +138,16 @@ def test_start_status_join_and_stop(cli, monkeypatch):
         assert nbcluster.get([triple.remote(i) for i in range(30)]) == [3 * i for i in range(30)]
         assert nbcluster.cluster_resources()["CPU"] == 3
 
+        # find_session() may hand the joining node the 'session_latest' symlink instead of
+        # the session (a known bug, see the xfail test below and in test_lifecycle.py);
+        # without the link the join is deterministic.
+        (cli.temp_dir / "session_latest").unlink()
         joined = cli.run("start", "--address", address, "--num-cpus", "1")
         assert joined.returncode == 0, joined.stderr[-3000:]
-        assert f"nbcluster node joined {address}" in joined.stdout
+        m = re.search(rf"nbcluster node joined {re.escape(address)} \(pid (\d+)\)", joined.stdout)
+        assert m, joined.stdout
+        joined_pid = int(m.group(1))
+        assert joined_pid in {p.pid for p in cluster_processes(session)}
         poll_for(lambda: nbcluster.cluster_resources().get("CPU") == 4, 30)
         alive = [n for n in nbcluster.nodes() if n["Alive"]]
         assert sorted(n["Resources"]["CPU"] for n in alive) == [1.0, 3.0]
@@ -150,8 +159,11 @@ def test_start_status_join_and_stop(cli, monkeypatch):
         # Both nodes run tasks: a 3-CPU task can only run on the first node.
         node3 = next(n["NodeID"] for n in alive if n["Resources"]["CPU"] == 3.0)
         assert nbcluster.get(big_task.remote(), timeout=60) == node3
-        status = cli.run("status")
-        assert sorted(cpu_of(status.stdout)) == ["1/1", "3/3"], status.stdout
+        poll_for(
+            lambda: sorted(cpu_of(cli.run("status").stdout)) == ["1/1", "3/3"],
+            30,
+            message="status did not show both nodes with all CPUs free",
+        )
     finally:
         nbcluster.shutdown()
 
@@ -163,6 +175,7 @@ def test_start_status_join_and_stop(cli, monkeypatch):
     for s in cli.sessions():
         assert_no_processes(s, timeout=10)
     assert [pid for pid in pids if _alive(pid)] == []
+    assert not _alive(joined_pid)
     after = cli.run("status")
     assert after.returncode == 1 and "no running cluster" in after.stderr
 
@@ -214,3 +227,42 @@ def test_cli_argument_errors(cli):
     nothing = cli.run("stop")
     assert nothing.returncode == 0 and "signalled 0 process(es)" in nothing.stdout
     assert cli.sessions() == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a node joined through the 'session_latest' link (which find_session() can "
+    "return) has that link on its command line; cli.py _is_ours() matches neither the session "
+    "path nor its name, so `nbcluster stop` skips it and it keeps running without a head",
+)
+def test_stop_ends_a_node_that_joined_through_the_latest_link(cli, tmp_path):
+    started = cli.run("start", "--head", "--num-cpus", "1")
+    assert started.returncode == 0, started.stderr[-3000:]
+    address, _, session = parse_start(started.stdout)
+    # A temp dir whose only entry is a 'session_latest' link: find_session() returns the
+    # link, as it does in about half of the joins in a normal temp dir (directory order).
+    other = tmp_path / "via-link"
+    other.mkdir()
+    (other / "session_latest").symlink_to(session)
+    env = {**cli.env, "NBCLUSTER_TEMP_DIR": str(other)}
+    joined = subprocess.run(
+        [*CLI, "start", "--address", address, "--num-cpus", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    m = re.search(r"\(pid (\d+)\)", joined.stdout)
+    assert joined.returncode == 0 and m, joined.stdout + joined.stderr[-3000:]
+    pid = int(m.group(1))
+    try:
+        stopped = cli.run("stop")
+        assert "signalled 3 process(es)" in stopped.stdout, stopped.stdout
+        poll_for(lambda: not _alive(pid), 10, message=f"joined node {pid} still running")
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            poll_for(lambda: not _alive(pid), 10)
+        for proc in cluster_processes(other / "session_latest"):
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)

@@ -430,7 +430,7 @@ def test_slow_tasks_after_fast_tasks_run_in_parallel(shared_cluster, tmp_path):
     @nbcluster.remote
     def rendezvous(me, other):
         open(me, "w").close()
-        deadline = time.monotonic() + 4
+        deadline = time.monotonic() + 3
         while not os.path.exists(other):
             if time.monotonic() > deadline:
                 raise TimeoutError("ran alone: the other task never started on the free CPU")

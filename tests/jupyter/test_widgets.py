@@ -157,7 +157,11 @@ def test_timeline_incremental_updates_add_only_new_attempts(fifty: list[TaskEven
     before = tl.total
     refs = [cube.remote(i) for i in range(12)]
     nbcluster.get(refs, timeout=DEADLINE_S)
-    poll(feed, lambda: "cube" in tl.summary and tl.total == len(ring()), "12 cube bars")
+    poll(
+        feed,
+        lambda: "cube" in tl.summary and tl.summary["cube"].count >= 12 and tl.total == len(ring()),
+        "12 cube bars",
+    )
     events = ring()
     assert tl.summary["cube"].count == 12
     assert tl.total == len(events) >= before + 12
@@ -200,7 +204,7 @@ def test_timeline_100k_synthetic_events_keeps_a_window(cluster2: Any, feed: Feed
     assert sum(s.count for s in tl.summary.values()) == 100_000
     assert {n: s.count for n, s in tl.summary.items()} == dict.fromkeys(names, 20_000)
     assert sum(s.failed for s in tl.summary.values()) == 100
-    assert tl.summary["load"].total_s == pytest.approx(20_000 * 0.004)
+    assert tl.summary["load"].total_s == pytest.approx(20_000 * 0.004, rel=1e-3)
     drawn = {tid for tid, _ in drawn_attempts(tl)}
     assert drawn == {e.task_id for e in events[-2000:]}, "the window is not the latest 2,000"
     title = tl.figure.layout.title.text
@@ -282,7 +286,6 @@ def test_object_store_names_the_variables_holding_a_ref(cluster2: Any, feed: Fee
     )
     assert "big_ref" in repr(store)
     store.close()
-    del big, small
 
 
 def test_find_ref_names_one_level_deep(cluster2: Any) -> None:
@@ -326,7 +329,10 @@ def test_dag_view_layout_and_live_states(cluster2: Any, feed: Feed) -> None:
     c = square.remote(b)
     d = boom.remote(0)
     dag = DAGView([a, b, c, d], edges=[(a, b), (b, c)], feed=feed)
-    depth = {name: dag.nodes[r.task_id().hex()].depth for name, r in zip("abcd", [a, b, c, d])}
+    depth = {
+        name: dag.nodes[r.task_id().hex()].depth
+        for name, r in zip("abcd", [a, b, c, d], strict=True)
+    }
     assert depth == {"a": 0, "b": 1, "c": 2, "d": 0}
     poll(
         feed, lambda: dag.counts()["finished"] == 3 and dag.counts()["failed"] == 1, "final states"

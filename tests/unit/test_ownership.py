@@ -5,7 +5,14 @@ from __future__ import annotations
 import sys
 import threading
 
-from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release
+from nbcluster._runtime.core.ownership import (
+    PENDING,
+    READY,
+    Entry,
+    OwnershipTable,
+    Release,
+    Waiter,
+)
 
 ME = "10.0.0.1:5000"
 OWNER = "10.0.0.2:5000"
@@ -262,14 +269,29 @@ def test_wake_sets_event_and_waiters() -> None:
     table = OwnershipTable(ME)
     entry = table.create_owned(OID)
     entry.event = threading.Event()
-    w1, w2 = threading.Event(), threading.Event()
+    w1, w2 = Waiter(1), Waiter(2)
     entry.waiters = [w1, w2]
     entry.set_ready(data=b"v")
     table.wake(entry)
     assert entry.event.is_set()
-    assert w1.is_set() and w2.is_set()
+    assert w1.event.is_set()  # needed one object: done
+    assert not w2.event.is_set() and w2.remaining == 1  # needs one more
     assert entry.waiters is None
     table.wake(entry)  # waking again is harmless
+
+
+def test_waiter_counts_down_and_set_wakes_at_once() -> None:
+    w = Waiter(3)
+    w.hit()
+    w.hit()
+    assert not w.event.is_set()
+    w.hit()
+    assert w.event.is_set()
+    w0 = Waiter(0)
+    assert w0.event.is_set()
+    w5 = Waiter(5)
+    w5.set()
+    assert w5.event.is_set()
 
 
 def test_wake_without_waiters_is_harmless() -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "is_loopback",
     "make_channel",
     "make_server",
+    "make_sync_channel",
 ]
 
 _AUTH_KEY = "authorization"
@@ -148,6 +149,14 @@ def make_channel(address: str, token: str, *, max_message_bytes: int = 512 * 2**
             *_message_options(max_message_bytes),
             ("grpc.enable_http_proxy", 0),
         ],
+    )
+
+
+def make_sync_channel(address: str, token: str, *, max_message_bytes: int = 64 * 2**20) -> grpc.Channel:
+    """A blocking channel for one-shot reads from tools (status, the server extension)."""
+    return grpc.insecure_channel(
+        address,
+        options=[*_message_options(max_message_bytes), ("grpc.enable_http_proxy", 0)],
     )
 
 
