@@ -180,10 +180,16 @@ class ActorClass(Generic[C]):
             "max_pending_calls": opts.max_pending_calls,
             "function_id": fid,
         }
-        strategy = opts.scheduling_strategy if isinstance(opts.scheduling_strategy, str) else "DEFAULT"
+        from nbcluster._remote import resolve_strategy
+
+        resources, strategy, route = resolve_strategy(client, opts.resource_shape(), opts.scheduling_strategy)
+        if route is not None and route[0] == "node":
+            strategy = f"NODE_AFFINITY:{route[1].hex()}:{int(route[2])}"
+        elif route is not None and route[0] == "pg":
+            strategy = "DEFAULT"  # the renamed resources only exist where the bundle is
         request = pb.RegisterActorRequest(
             spec=spec,
-            resources=opts.resource_shape(),
+            resources=resources,
             name=opts.name or "",
             namespace=namespace,
             detached=opts.lifetime == "detached",

@@ -139,6 +139,35 @@ class _OptionsWrapper(Generic[R]):
         return self._rf(*args, **kwargs)
 
 
+def resolve_strategy(
+    client: Any, shape: dict[str, float], strategy: Any
+) -> tuple[dict[str, float], str, tuple[Any, ...] | None]:
+    """(resource shape, key string, route) for a task's scheduling strategy."""
+    from nbcluster._runtime.scheduling.policy import pg_request
+    from nbcluster.util.scheduling_strategies import (
+        NodeAffinitySchedulingStrategy,
+        PlacementGroupSchedulingStrategy,
+    )
+
+    if strategy == "DEFAULT" and client.current_pg is not None and client.current_pg[1]:
+        pg_id = client.current_pg[0]  # captured by the parent task's placement group
+        return pg_request(shape, pg_id.hex(), -1), f"PG:{pg_id.hex()}:-1", ("pg", pg_id, -1)
+    if isinstance(strategy, str):
+        return shape, strategy, ("spread",) if strategy == "SPREAD" else None
+    if isinstance(strategy, NodeAffinitySchedulingStrategy):
+        node_id = bytes.fromhex(strategy.node_id)
+        return shape, f"NODE:{strategy.node_id}:{int(strategy.soft)}", ("node", node_id, strategy.soft)
+    if isinstance(strategy, PlacementGroupSchedulingStrategy):
+        pg = strategy.placement_group
+        idx = strategy.placement_group_bundle_index
+        return pg_request(shape, pg.id.hex(), idx), f"PG:{pg.id.hex()}:{idx}", ("pg", pg.id, idx)
+    raise TypeError(f"unsupported scheduling strategy {strategy!r}")
+
+
+def _captures(strategy: Any) -> bool:
+    return bool(getattr(strategy, "placement_group_capture_child_tasks", False))
+
+
 def _explain_unserializable_args(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Raise a SerializationError naming the argument (and path inside it) that fails."""
     for i, a in enumerate(args):
@@ -221,11 +250,13 @@ def submit_task(
         max_calls=opts.max_calls,
         retry_exceptions=opts.retry_exceptions,
     )
-    shape = opts.resource_shape()
-    strategy = opts.scheduling_strategy if isinstance(opts.scheduling_strategy, str) else "DEFAULT"
+    shape, strategy, route = resolve_strategy(client, opts.resource_shape(), opts.scheduling_strategy)
     rec.resources = shape
     rec.strategy = strategy
+    rec.route = route
     rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0)
+    if route is not None and route[0] == "pg" and _captures(opts.scheduling_strategy):
+        rec.spec.capture_pg = route[1]
     rec.return_ids = return_ids
     rec.retries_left = opts.max_retries
     rec.dep_ids = [r.binary() for r in dep_refs]

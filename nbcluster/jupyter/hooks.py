@@ -2,8 +2,9 @@
 
 :class:`KernelHooks` installs, for the connection the process has now,
 
-- the submit-context provider (:func:`~nbcluster.jupyter.output.cell_header`), so every
-  task knows the cell that submitted it;
+- the submit-context provider, so every task knows the cell that submitted it: in a
+  kernel the header of the cell's message (:func:`~nbcluster.jupyter.output.cell_header`),
+  in plain IPython a stand-in header naming the cell, made when the cell starts;
 - in an ipykernel, the output handler (:class:`~nbcluster.jupyter.output.OutputRouter`),
   so task output appears under that cell; elsewhere (plain IPython, scripts) the default
   printing stays;
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 from nbcluster import state
@@ -37,18 +40,22 @@ class InterruptHandler:
     """Called by ``get``/``wait`` on ``KeyboardInterrupt``, on the thread that was waiting.
 
     Finds the tasks submitted by the cell being interrupted (same ``msg_id`` in their
-    submit context) that have not finished, cancels them unless ``on_interrupt`` is
-    ``"keep"``, and prints one line saying so. It never raises: the ``KeyboardInterrupt``
-    must reach the user.
+    submit context as ``current_cell()``) that have not finished, cancels them unless
+    ``on_interrupt`` is ``"keep"``, and prints one line saying so. It never raises: the
+    ``KeyboardInterrupt`` must reach the user.
     """
 
-    def __init__(self, shell: Any, on_interrupt: OnInterrupt = "cancel") -> None:
-        self.shell = shell
+    def __init__(
+        self,
+        current_cell: Callable[[], dict[str, Any] | None],
+        on_interrupt: OnInterrupt = "cancel",
+    ) -> None:
+        self.current_cell = current_cell
         self.on_interrupt: OnInterrupt = on_interrupt
 
     def __call__(self) -> None:
         try:
-            header = cell_header(self.shell)
+            header = self.current_cell()
             msg_id = header.get("msg_id") if header else None
             if not msg_id:
                 return
@@ -75,9 +82,11 @@ class KernelHooks:
 
     def __init__(self, shell: Any, on_interrupt: OnInterrupt = "cancel") -> None:
         self.shell = shell
-        self.interrupt_handler = InterruptHandler(shell, on_interrupt)
+        self.interrupt_handler = InterruptHandler(self.current_cell, on_interrupt)
         self._router: OutputRouter | None = None
         self._installed_job = ""
+        self._kernel = kernel_of(shell)
+        self._plain_cell: dict[str, Any] | None = None  # outside a kernel: the running cell
 
     @property
     def on_interrupt(self) -> OnInterrupt:
@@ -92,9 +101,9 @@ class KernelHooks:
 
     def install(self) -> None:
         """Install the hooks on the current connection (it must exist)."""
-        state.set_submit_context_provider(self._provide)
+        state.set_submit_context_provider(self.current_cell)
         state.set_interrupt_handler(self.interrupt_handler)
-        kernel = kernel_of(self.shell)
+        kernel = self._kernel
         if kernel is not None:
             if self._router is None:
                 self._router = OutputRouter(kernel)
@@ -122,5 +131,18 @@ class KernelHooks:
         if self._router is not None:
             self._router.flush()
 
-    def _provide(self) -> dict[str, Any] | None:
-        return cell_header(self.shell)
+    def current_cell(self) -> dict[str, Any] | None:
+        """The header naming the cell that runs now (the submit context of its tasks)."""
+        if self._kernel is not None:
+            return cell_header(self.shell)
+        return self._plain_cell
+
+    def cell_started(self) -> None:
+        """A cell starts (``pre_run_cell``): outside a kernel, give it a name."""
+        if self._kernel is None:
+            self._plain_cell = {"msg_id": f"ipython-{uuid.uuid4().hex}", "msg_type": "cell"}
+
+    def cell_finished(self) -> None:
+        """A cell finished (``post_run_cell``): outside a kernel, no cell runs now."""
+        if self._kernel is None:
+            self._plain_cell = None

@@ -283,8 +283,14 @@ class ClusterMagics(Magics):
             self._view = ClusterView(nbcluster.ClusterInfo(**state.session_info()))
         return self._view
 
-    def _on_cell(self, *args: Any) -> None:
-        """Before and after each cell: hooks on a connection made with ``nbcluster.init()``."""
+    def _pre_cell(self, *args: Any) -> None:
+        """Before each cell: name it; hook into a connection made with ``nbcluster.init()``."""
+        self.hooks.cell_started()
+        self.hooks.ensure_installed()
+
+    def _post_cell(self, *args: Any) -> None:
+        """After each cell: the cell is over; hook into a connection it made."""
+        self.hooks.cell_finished()
         self.hooks.ensure_installed()
 
 
@@ -292,8 +298,8 @@ def load_ipython_extension(ip: Any) -> None:
     """Register ``%cluster`` (``%load_ext nbcluster``); hook into a connection if one exists."""
     magics = ClusterMagics(ip)
     ip.register_magics(magics)
-    ip.events.register("pre_run_cell", magics._on_cell)
-    ip.events.register("post_run_cell", magics._on_cell)
+    ip.events.register("pre_run_cell", magics._pre_cell)
+    ip.events.register("post_run_cell", magics._post_cell)
     magics.hooks.ensure_installed()
 
 
@@ -302,8 +308,8 @@ def unload_ipython_extension(ip: Any) -> None:
     magics = ip.magics_manager.registry.get("ClusterMagics")
     if magics is None:
         return
-    ip.events.unregister("pre_run_cell", magics._on_cell)
-    ip.events.unregister("post_run_cell", magics._on_cell)
+    ip.events.unregister("pre_run_cell", magics._pre_cell)
+    ip.events.unregister("post_run_cell", magics._post_cell)
     magics.hooks.uninstall()
     ip.magics_manager.registry.pop("ClusterMagics", None)
     ip.magics_manager.magics["line"].pop("cluster", None)

@@ -53,23 +53,19 @@ def kernel_of(shell: Any) -> Any:
 def cell_header(shell: Any) -> dict[str, Any] | None:
     """The header of the message the kernel is handling for the calling thread.
 
-    In a kernel this is ``shell.get_parent()`` (ipykernel ≥ 6): on the main thread, the
-    running cell's ``execute_request``; on other threads, the message of the most recent
-    cell (ipykernel's own rule for output from threads). In plain IPython, where there
-    are no messages, a stand-in header names the execution count, so that tasks of one
-    cell can still be told apart (for cancelling them on interrupt).
+    This is ``shell.get_parent()`` (ipykernel ≥ 6): on the main thread, the running
+    cell's ``execute_request``; on other threads, the message of the most recent cell
+    (ipykernel's own rule for output from threads). None outside a kernel (plain IPython
+    has no messages; :class:`~nbcluster.jupyter.hooks.KernelHooks` names cells there).
     """
     get_parent = getattr(shell, "get_parent", None)
-    if get_parent is not None:
-        parent = get_parent()
-        if parent:
-            header = parent.get("header", parent)
-            return header if header.get("msg_id") else None
+    if get_parent is None:
         return None
-    return {
-        "msg_id": f"ipython-{id(shell):x}-{shell.execution_count}",
-        "msg_type": "execute_request",
-    }
+    parent = get_parent()
+    if not parent:
+        return None
+    header = parent.get("header", parent)
+    return header if header.get("msg_id") else None
 
 
 def latest_cell_header(shell: Any) -> dict[str, Any] | None:

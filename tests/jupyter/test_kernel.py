@@ -17,35 +17,37 @@ from nbcluster.testing import assert_no_processes, cluster_processes, kill_proce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-LATE_TASK = """
+SPEAK = """
 import time
 import nbcluster
 
 @nbcluster.remote
-def late():
-    time.sleep(1.5)
-    print("late-output")
-    return 1
-
-late_ref = late.remote()
+def speak(delay, word):
+    time.sleep(delay)
+    print(word)
+    return word
 """
 
 
 def test_output_goes_to_the_submitting_cell(kernel):
     k = kernel()
-    k.start_cluster()
+    # One CPU: both tasks run on the same leased worker, whose stream the driver set up
+    # while the warm-up cell ran (so "the context the reply arrives in" is not cell A).
+    k.start_cluster("--num-cpus 1")
+    k.run(SPEAK)
+    warm = k.submit("warm_ref = speak.remote(1.0, 'warm-output')")
     # Cell A submits a task that prints after A has finished; cell B is running by then.
-    cell_a = k.submit(LATE_TASK)
-    cell_b = k.submit("import time; time.sleep(3)")
-    k.wait_done(cell_a)
-    k.wait_for(lambda: "late-output" in k.stream_text(), what="the task's output")
+    cell_a = k.submit("late_ref = speak.remote(1.5, 'late-output')")
+    cell_b = k.submit("import time; time.sleep(4)")
     k.wait_done(cell_b)
-    late = [m for m in k.streams() if "late-output" in m["content"]["text"]]
-    assert len(late) == 1, late
-    assert late[0]["parent_header"]["msg_id"] == cell_a
-    assert late[0]["content"]["name"] == "stdout"
-    assert re.fullmatch(r"\(late pid=\d+\) late-output\n", late[0]["content"]["text"])
-    assert "late-output" not in k.stream_text(cell_b)
+    k.wait_for(lambda: "late-output" in k.stream_text(), what="the task's output")
+    for word, cell in (("warm-output", warm), ("late-output", cell_a)):
+        msgs = [m for m in k.streams() if word in m["content"]["text"]]
+        assert len(msgs) == 1, msgs
+        assert msgs[0]["parent_header"]["msg_id"] == cell, word
+        assert msgs[0]["content"]["name"] == "stdout"
+        assert re.fullmatch(rf"\(speak pid=\d+\) {word}\n", msgs[0]["content"]["text"])
+    assert "output" not in k.stream_text(cell_b)
 
 
 FLOOD = """

@@ -76,6 +76,9 @@ class CoreClient:
         self._release_scheduled = False
         self.closed = False
         self.current_task_id = b""  # set by the worker executor while a task runs
+        self.current_pg: tuple[bytes, bool] | None = None  # (group, capture) of the running task
+        self._nodes_cache: tuple[float, list[Any]] | None = None
+        self._pg_cache: dict[bytes, Any] = {}
         from nbcluster._runtime.core.submitter import Submitter
 
         self.submitter = Submitter(self)
@@ -441,6 +444,64 @@ class CoreClient:
     # -- cluster info ----------------------------------------------------------------------------
     def hostname(self) -> str:
         return socket.gethostname()
+
+    async def alive_nodes(self, max_age: float = 1.0) -> list[Any]:
+        """The live nodes (cached for ``max_age`` seconds), for SPREAD and node affinity."""
+        now = time.monotonic()
+        cached = self._nodes_cache
+        if cached is not None and now - cached[0] < max_age:
+            return cached[1]
+        reply = await self.head().GetNodes(pb.GetNodesRequest(), timeout=10)
+        nodes = [n for n in reply.nodes if n.alive]
+        self._nodes_cache = (now, nodes)
+        return nodes
+
+    async def placement_group_info(self, pg_id: bytes) -> Any:
+        """The group's record once it is CREATED (waits while it is PENDING)."""
+        info = self._pg_cache.get(pg_id)
+        if info is not None:
+            return info
+        version = 0
+        while not self.closed:
+            info = await self.head().WaitPlacementGroup(
+                pb.PlacementGroupRequest(pg_id=pg_id, after_version=version, timeout=20.0), timeout=30
+            )
+            version = info.version
+            if info.state != pb.PlacementGroupInfo.PENDING:
+                if info.state == pb.PlacementGroupInfo.CREATED:
+                    self._pg_cache[pg_id] = info
+                return info
+        raise exc.NbclusterError("the client is closed")
+
+    def forget_placement_group(self, pg_id: bytes) -> None:
+        self._pg_cache.pop(pg_id, None)
+
+    def placement_ready_ref(self, pg_id: bytes) -> Any:
+        """An owned ref that becomes ready (True) when the group is created."""
+        from nbcluster._refs import ObjectRef
+
+        oid = self.next_task_id() + (0).to_bytes(4, "big")
+        entry = self.table.create_owned(oid)
+        ref = ObjectRef._new(oid, self.address, self)
+
+        async def watch() -> None:
+            try:
+                info = await self.placement_group_info(pg_id)
+                if info.state == pb.PlacementGroupInfo.CREATED:
+                    kwargs: dict[str, Any] = {"data": serialize(True).to_bytes()}
+                else:
+                    kwargs = {"exc": exc.NbclusterError("the placement group was removed before it was created")}
+            except RpcError as err:
+                kwargs = {"exc": to_exception(err, Peer.HEAD, "WaitPlacementGroup")}
+            except asyncio.CancelledError:
+                return
+            with self.table.lock:
+                entry.set_ready(**kwargs)
+            self.table.wake(entry)
+            self.submitter.object_ready(entry)
+
+        self.call_soon(lambda: self.loop.create_task(watch()))
+        return ref
 
 
 def print_task_output(context: Any, name: str, record: Any) -> None:

@@ -57,6 +57,7 @@ class TaskRecord:
         "submitted_at",
         "context",
         "actor",
+        "route",
     )
 
     def __init__(self) -> None:
@@ -67,15 +68,23 @@ class TaskRecord:
         self.done = False
         self.context: Any = None  # who submitted it (e.g. the notebook cell), for output
         self.actor = False  # an actor call: ordered by the actor submitter, not leased
+        self.route: tuple[Any, ...] | None = None  # how its strategy picks nodes
 
 
 class KeyQueue:
     """Ready tasks of one scheduling key and the leases that run them."""
 
     def __init__(
-        self, key: tuple[Any, ...], resources: dict[str, float], strategy: str, pipeline: bool = True
+        self,
+        key: tuple[Any, ...],
+        resources: dict[str, float],
+        strategy: str,
+        pipeline: bool = True,
+        route: tuple[Any, ...] | None = None,
     ) -> None:
         self.key = key
+        self.route = route  # ("spread",), ("node", node_id, soft) or ("pg", pg_id, index)
+        self.rr = 0  # round-robin position over the route's nodes
         self.pipeline = pipeline  # False for tasks whose workers exit after max_calls
         self.resources = resources
         self.strategy = strategy
@@ -88,6 +97,8 @@ class KeyQueue:
         self.warned = False
 
     def depth(self, max_depth: int) -> int:
+        if self.route == ("spread",):
+            return 1  # every task gets its own round-robin placement
         return max_depth if self.pipeline and self.avg_duration < FAST_TASK_S else 1
 
 
@@ -231,7 +242,7 @@ class Submitter:
         kq = self.keys.get(rec.key)
         if kq is None:
             kq = self.keys[rec.key] = KeyQueue(
-                rec.key, rec.resources, rec.strategy, pipeline=not rec.spec.max_calls
+                rec.key, rec.resources, rec.strategy, pipeline=not rec.spec.max_calls, route=rec.route
             )
         kq.queue.append(rec)
         touched.add(rec.key)
@@ -306,7 +317,67 @@ class Submitter:
     def _request_lease(self, kq: KeyQueue, address: str, spill: bool) -> None:
         rid = os.urandom(16)
         kq.requests[rid] = address
+        if kq.route is not None and address == self.client.node_address and spill:
+            self.client.loop.create_task(self._routed_request(kq, rid))
+            return
         self.client.loop.create_task(self._lease_request(kq, rid, address, spill))
+
+    async def _routed_request(self, kq: KeyQueue, rid: bytes) -> None:
+        """Pick the node for a strategy that names one (SPREAD, node affinity, placement group)."""
+        client = self.client
+        route = kq.route
+        assert route is not None
+        spill = False
+        try:
+            if route[0] == "spread":
+                from nbcluster._runtime.scheduling.policy import fits
+
+                nodes = [n for n in await client.alive_nodes() if fits(kq.resources, n.total)]
+                addresses = [n.address for n in nodes] or [client.node_address]
+                spill = not nodes
+            elif route[0] == "node":
+                _, node_id, soft = route
+                nodes = [n for n in await client.alive_nodes() if n.node_id == node_id]
+                if nodes:
+                    addresses = [nodes[0].address]
+                    spill = soft
+                elif soft:
+                    addresses, spill = [client.node_address], True
+                else:
+                    kq.requests.pop(rid, None)
+                    self._fail_queue(
+                        kq,
+                        exc.TaskUnschedulableError(
+                            f"node {node_id.hex()} is dead or unknown and the node affinity is hard "
+                            "(soft=False); use soft=True to run elsewhere"
+                        ),
+                    )
+                    return
+            else:  # placement group
+                _, pg_id, index = route
+                info = await client.placement_group_info(pg_id)
+                if info.state != pb.PlacementGroupInfo.CREATED:
+                    kq.requests.pop(rid, None)
+                    self._fail_queue(
+                        kq, exc.TaskUnschedulableError("the task's placement group was removed")
+                    )
+                    return
+                addrs = list(info.bundle_node_addresses)
+                addresses = [addrs[index]] if index >= 0 else sorted(set(addrs))
+        except RpcError as err:
+            kq.requests.pop(rid, None)
+            log.warning("could not route a lease request: %s", err.code().name)
+            await asyncio.sleep(0.5)
+            self._pump(kq)
+            return
+        address = addresses[kq.rr % len(addresses)]
+        kq.rr += 1
+        kq.requests[rid] = address
+        await self._lease_request(kq, rid, address, spill)
+
+    def _fail_queue(self, kq: KeyQueue, error: BaseException) -> None:
+        while kq.queue:
+            self._fail(kq.queue.popleft(), error)
 
     async def _lease_request(self, kq: KeyQueue, rid: bytes, address: str, spill: bool) -> None:
         client = self.client
@@ -494,6 +565,8 @@ class Submitter:
             self._complete(rec, reply)
         if lease.exiting and not lease.inflight:
             self._return(lease, failed=True)  # it is leaving: the node must not lease it again
+        elif kq.route == ("spread",) and not lease.inflight:
+            self._return(lease, failed=False)  # SPREAD places each task anew
 
     def _complete(self, rec: TaskRecord, reply: pb.TaskReply) -> None:
         client = self.client

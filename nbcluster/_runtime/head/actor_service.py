@@ -102,6 +102,13 @@ class ActorManager:
         ]
         if not nodes:
             return None
+        if rec.strategy.startswith("NODE_AFFINITY:"):
+            _, node_hex, soft = rec.strategy.split(":")
+            for n in nodes:
+                if n.node_id.hex() == node_hex:
+                    return n.address
+            if soft != "1":
+                return None  # stays pending until that node is back
         if rec.strategy != "SPREAD" and rec.preferred_node:
             for n in nodes:
                 if n.address == rec.preferred_node and fits(rec.resources, n.available):

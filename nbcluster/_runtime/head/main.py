@@ -67,10 +67,12 @@ async def serve(args: argparse.Namespace) -> None:
 
     ticker = asyncio.create_task(liveness())
     drivers = asyncio.create_task(service.watch_drivers())
+    service.placement.start()
     await stop.wait()
     ticker.cancel()
     drivers.cancel()
     service.actors.close()
+    service.placement.close()
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:
         await service.stop_nodes()
     await server.stop(grace=0.5)

@@ -17,6 +17,7 @@ import grpc
 
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.head.actor_service import ActorManager
+from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.start_time = clock()
         self.channels = Channels(token, 512 * 2**20)
         self.actors = ActorManager(state, self.channels, clock)
+        self.placement = PlacementGroupManager(state, self.channels)
 
     # -- nodes --------------------------------------------------------------------------
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext):
@@ -173,6 +175,7 @@ class HeadService(pb_grpc.HeadServicer):
             request.num_workers,
             request.store_spilled,
             request.pending_leases,
+            dict(request.total),
         )
         if not ok:
             return pb.HeartbeatReply(reregister=True)
@@ -241,6 +244,7 @@ class HeadService(pb_grpc.HeadServicer):
         if job is not None:
             self.store.put_job(job)
             self.actors.job_finished(job_id)
+            self.placement.job_finished(job_id)
 
     async def watch_drivers(self, interval: float = 2.0, failures_allowed: int = 3) -> None:
         """Finish the jobs of drivers that stopped answering (killed without FinishJob)."""
@@ -277,6 +281,22 @@ class HeadService(pb_grpc.HeadServicer):
     async def ReportWorkerDeath(self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext):
         self.actors.worker_died(request)
         return pb.Empty()
+
+    # -- placement groups ------------------------------------------------------------------
+    async def CreatePlacementGroup(self, request: pb.CreatePlacementGroupRequest, context: grpc.aio.ServicerContext):
+        return await self.placement.create(request, context)
+
+    async def WaitPlacementGroup(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext):
+        return await self.placement.wait(request, context)
+
+    async def GetPlacementGroup(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext):
+        return await self.placement.get(request, context)
+
+    async def RemovePlacementGroup(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext):
+        return await self.placement.remove(request, context)
+
+    async def ListPlacementGroups(self, request: pb.Empty, context: grpc.aio.ServicerContext):
+        return self.placement.list()
 
     async def GetJobs(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         return pb.GetJobsReply(jobs=[_job_info(j) for j in self.state.jobs.values()])

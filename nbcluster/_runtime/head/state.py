@@ -85,6 +85,7 @@ class HeadState:
         num_workers: int,
         store_spilled: int = 0,
         pending_leases: int = 0,
+        total: dict[str, float] | None = None,
     ) -> bool:
         """Record a heartbeat; return False when the node must re-register.
 
@@ -96,6 +97,8 @@ class HeadState:
             return False
         node.last_heartbeat = now
         node.available = dict(available)
+        if total:
+            node.total = dict(total)
         node.store_used = store_used
         node.store_spilled = store_spilled
         node.num_workers = num_workers

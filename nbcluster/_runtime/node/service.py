@@ -381,6 +381,18 @@ class NodeService(pb_grpc.NodeManagerServicer):
             store=self.store_stats(),
         )
 
+    async def PrepareBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
+        ok = self.state.prepare_bundle(request.pg_id, request.index, dict(request.resources))
+        return pb.BundleReply(ok=ok, message="" if ok else "resources are not free on this node now")
+
+    async def CommitBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
+        self.apply(self.state.commit_bundle(request.pg_id, request.index))
+        return pb.BundleReply(ok=True)
+
+    async def CancelBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
+        self.apply(self.state.cancel_bundle(request.pg_id, request.index))
+        return pb.BundleReply(ok=True)
+
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return pb.Empty()
@@ -414,6 +426,7 @@ class HeadLink:
                         store_spilled=stats.spilled_bytes,
                         num_workers=len(st.workers),
                         pending_leases=len(st.pending),
+                        total=st.total,
                     ),
                     timeout=max(self.interval * 4, 2.0),
                 )

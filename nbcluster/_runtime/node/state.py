@@ -13,7 +13,14 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 
-from nbcluster._runtime.scheduling.policy import EPS, Action, NodeView, fits, pick_node
+from nbcluster._runtime.scheduling.policy import (
+    EPS,
+    Action,
+    NodeView,
+    bundle_resource_names,
+    fits,
+    pick_node,
+)
 
 
 class WorkerState(enum.Enum):
@@ -130,6 +137,7 @@ class NodeState:
         self.leases: dict[bytes, Lease] = {}
         self.pending: dict[bytes, PendingLease] = {}
         self.others: list[NodeView] = []
+        self.bundles: dict[tuple[bytes, int], tuple[dict[str, float], bool]] = {}
 
     # -- views ------------------------------------------------------------------------------
     def view(self) -> NodeView:
@@ -244,6 +252,58 @@ class NodeState:
         self.available["CPU"] = self.available.get("CPU", 0.0) - cpus  # may oversubscribe
         return []
 
+    # -- placement-group bundles (two-phase: prepare, then commit or cancel) -----------------
+    def prepare_bundle(self, pg_id: bytes, index: int, resources: Mapping[str, float]) -> bool:
+        """Reserve a bundle's resources; False when they are not free now."""
+        key = (pg_id, index)
+        if key in self.bundles:
+            return True
+        req = {k: float(v) for k, v in resources.items() if v > 0}
+        if not fits(req, self.available):
+            return False
+        for k, v in req.items():
+            self.available[k] = self.available.get(k, 0.0) - v
+        self.bundles[key] = (req, False)
+        return True
+
+    def commit_bundle(self, pg_id: bytes, index: int) -> list[Instruction]:
+        """Make a prepared bundle's resources usable under their placement-group names."""
+        entry = self.bundles.get((pg_id, index))
+        if entry is None or entry[1]:
+            return []
+        req, _ = entry
+        self.bundles[(pg_id, index)] = (req, True)
+        for k, v in bundle_resource_names(pg_id.hex(), index, req).items():
+            self.total[k] = self.total.get(k, 0.0) + v
+            self.available[k] = self.available.get(k, 0.0) + v
+        return self._dispatch()
+
+    def cancel_bundle(self, pg_id: bytes, index: int) -> list[Instruction]:
+        """Release a prepared or committed bundle; end the work that runs in it."""
+        entry = self.bundles.pop((pg_id, index), None)
+        if entry is None:
+            return []
+        req, committed = entry
+        out: list[Instruction] = []
+        if committed:
+            names = bundle_resource_names(pg_id.hex(), index, req)
+            for lease in list(self.leases.values()):
+                if any(k in names for k in lease.resources):
+                    out.append(KillWorker(lease.worker_id, "its placement group was removed"))
+            for k, v in names.items():
+                self.total[k] = self.total.get(k, 0.0) - v
+                self.available[k] = self.available.get(k, 0.0) - v
+                if self.total[k] <= EPS:
+                    self.total.pop(k, None)
+                    self.available.pop(k, None)
+            for rid, req_pending in list(self.pending.items()):
+                if any(k in names for k in req_pending.resources):
+                    del self.pending[rid]
+                    out.append(Redirect(rid, "INFEASIBLE", message="its placement group was removed"))
+        for k, v in req.items():
+            self.available[k] = self.available.get(k, 0.0) + v
+        return out + self._dispatch()
+
     # -- internals ---------------------------------------------------------------------------
     def _pool_size(self) -> int:
         return sum(1 for w in self.workers.values() if w.state is not WorkerState.DEAD)
@@ -260,6 +320,8 @@ class NodeState:
         for name, amount in lease.resources.items():
             if name == "CPU" and blocked:
                 continue  # already given back while blocked
+            if name not in self.total:
+                continue  # a placement-group resource that was removed meanwhile
             self.available[name] = self.available.get(name, 0.0) + amount
         share = lease.gpu_share or 1.0
         for gid in lease.gpu_ids:

@@ -108,3 +108,101 @@ def infeasible_message(request: Mapping[str, float], nodes: Sequence[NodeView]) 
         f"no node can ever fit {{{asked}}}; the largest node has {{{offered}}}. "
         "It stays pending in case a node that fits joins; lower the request or add a node."
     )
+
+
+# -- placement groups ------------------------------------------------------------------------
+PG_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def _take(avail: dict[str, float], req: Mapping[str, float]) -> None:
+    for k, v in req.items():
+        avail[k] = avail.get(k, 0.0) - v
+
+
+def place_bundles(
+    bundles: Sequence[Mapping[str, float]],
+    nodes: Sequence[NodeView],
+    strategy: str,
+    use_total: bool = False,
+) -> list[NodeView] | None:
+    """Assign each bundle to a node, or None when the group cannot be placed (all or none).
+
+    ``PACK`` puts bundles on as few nodes as possible (best effort), ``SPREAD`` on as many
+    distinct nodes as possible (best effort), ``STRICT_PACK`` all on one node and
+    ``STRICT_SPREAD`` each on a different node. ``use_total`` asks "could it ever fit?".
+    """
+    if strategy not in PG_STRATEGIES:
+        raise ValueError(f"unknown placement strategy {strategy!r}; use one of {', '.join(PG_STRATEGIES)}")
+    live = [n for n in nodes if n.alive]
+    room = {n.node_id: dict(n.total if use_total else n.available) for n in live}
+    by_id = {n.node_id: n for n in live}
+    if strategy == "STRICT_PACK":
+        need: dict[str, float] = {}
+        for b in bundles:
+            for k, v in b.items():
+                need[k] = need.get(k, 0.0) + v
+        fitting = [n for n in live if fits(need, room[n.node_id])]
+        if not fitting:
+            return None
+        best = min(fitting, key=load)
+        return [best for _ in bundles]
+    if strategy == "STRICT_SPREAD":
+        if len(bundles) > len(live):
+            return None
+        out: list[NodeView] = []
+        used: set[bytes] = set()
+        # biggest bundles first get the first pick
+        order = sorted(range(len(bundles)), key=lambda i: -sum(bundles[i].values()))
+        chosen: dict[int, NodeView] = {}
+        for i in order:
+            cands = [n for n in live if n.node_id not in used and fits(bundles[i], room[n.node_id])]
+            if not cands:
+                return None
+            n = min(cands, key=load)
+            used.add(n.node_id)
+            chosen[i] = n
+        out = [chosen[i] for i in range(len(bundles))]
+        return out
+    placed: list[NodeView] = []
+    count: dict[bytes, int] = {}
+    for b in bundles:
+        cands = [n for n in live if fits(b, room[n.node_id])]
+        if not cands:
+            return None
+        if strategy == "PACK":
+            # prefer nodes already used by this group, then the least loaded
+            n = min(cands, key=lambda c: (-count.get(c.node_id, 0), load(c)))
+        else:  # SPREAD
+            n = min(cands, key=lambda c: (count.get(c.node_id, 0), load(c)))
+        _take(room[n.node_id], b)
+        count[n.node_id] = count.get(n.node_id, 0) + 1
+        placed.append(by_id[n.node_id])
+    return placed
+
+
+def bundle_resource_names(pg_hex: str, index: int, resources: Mapping[str, float]) -> dict[str, float]:
+    """The resources a committed bundle adds to its node: indexed and wildcard names (Ray's)."""
+    out: dict[str, float] = {}
+    for k, v in resources.items():
+        if v <= 0:
+            continue
+        out[f"{k}_group_{index}_{pg_hex}"] = out.get(f"{k}_group_{index}_{pg_hex}", 0.0) + v
+        out[f"{k}_group_{pg_hex}"] = out.get(f"{k}_group_{pg_hex}", 0.0) + v
+    # A marker so that zero-resource tasks can target the bundle's node too.
+    out[f"bundle_group_{index}_{pg_hex}"] = 1000.0
+    out[f"bundle_group_{pg_hex}"] = out.get(f"bundle_group_{pg_hex}", 0.0) + 1000.0
+    return out
+
+
+def pg_request(resources: Mapping[str, float], pg_hex: str, index: int) -> dict[str, float]:
+    """Rename a task's request to draw from a placement group's bundle (or any bundle)."""
+    out: dict[str, float] = {}
+    for k, v in resources.items():
+        if v <= 0:
+            continue
+        name = f"{k}_group_{pg_hex}" if index < 0 else f"{k}_group_{index}_{pg_hex}"
+        out[name] = v
+    if not out:  # a zero-resource task still must land on a node of the group
+        marker = "bundle"
+        out[f"{marker}_group_{pg_hex}" if index < 0 else f"{marker}_group_{index}_{pg_hex}"] = 0.001
+    return out

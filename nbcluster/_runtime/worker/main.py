@@ -403,6 +403,7 @@ class Executor:
         )
         name = spec.function_name
         client.current_task_id = spec.task_id
+        client.current_pg = (spec.capture_pg, True) if spec.capture_pg else None
         client.job_id = spec.job_id
         client.namespace = spec.namespace
         if spec.gpu_ids:

@@ -74,8 +74,15 @@ class RegisterNodeReply(_message.Message):
     def __init__(self, session_name: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "available", "store_used", "num_workers", "store_spilled", "pending_leases")
+    __slots__ = ("node_id", "available", "store_used", "num_workers", "store_spilled", "pending_leases", "total")
     class AvailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -88,13 +95,15 @@ class HeartbeatRequest(_message.Message):
     NUM_WORKERS_FIELD_NUMBER: _ClassVar[int]
     STORE_SPILLED_FIELD_NUMBER: _ClassVar[int]
     PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     node_id: bytes
     available: _containers.ScalarMap[str, float]
     store_used: int
     num_workers: int
     store_spilled: int
     pending_leases: int
-    def __init__(self, node_id: _Optional[bytes] = ..., available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ...) -> None: ...
+    total: _containers.ScalarMap[str, float]
+    def __init__(self, node_id: _Optional[bytes] = ..., available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ..., total: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("reregister", "nodes")
@@ -427,6 +436,106 @@ class ListActorsReply(_message.Message):
     actors: _containers.RepeatedCompositeFieldContainer[ActorInfo]
     def __init__(self, actors: _Optional[_Iterable[_Union[ActorInfo, _Mapping]]] = ...) -> None: ...
 
+class Bundle(_message.Message):
+    __slots__ = ("resources",)
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.ScalarMap[str, float]
+    def __init__(self, resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class PlacementGroupInfo(_message.Message):
+    __slots__ = ("pg_id", "name", "bundles", "strategy", "state", "bundle_node_ids", "bundle_node_addresses", "message", "detached", "job_id", "version", "namespace")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PENDING: _ClassVar[PlacementGroupInfo.State]
+        CREATED: _ClassVar[PlacementGroupInfo.State]
+        REMOVED: _ClassVar[PlacementGroupInfo.State]
+    PENDING: PlacementGroupInfo.State
+    CREATED: PlacementGroupInfo.State
+    REMOVED: PlacementGroupInfo.State
+    PG_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_NODE_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    pg_id: bytes
+    name: str
+    bundles: _containers.RepeatedCompositeFieldContainer[Bundle]
+    strategy: str
+    state: PlacementGroupInfo.State
+    bundle_node_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    bundle_node_addresses: _containers.RepeatedScalarFieldContainer[str]
+    message: str
+    detached: bool
+    job_id: bytes
+    version: int
+    namespace: str
+    def __init__(self, pg_id: _Optional[bytes] = ..., name: _Optional[str] = ..., bundles: _Optional[_Iterable[_Union[Bundle, _Mapping]]] = ..., strategy: _Optional[str] = ..., state: _Optional[_Union[PlacementGroupInfo.State, str]] = ..., bundle_node_ids: _Optional[_Iterable[bytes]] = ..., bundle_node_addresses: _Optional[_Iterable[str]] = ..., message: _Optional[str] = ..., detached: _Optional[bool] = ..., job_id: _Optional[bytes] = ..., version: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class CreatePlacementGroupRequest(_message.Message):
+    __slots__ = ("pg",)
+    PG_FIELD_NUMBER: _ClassVar[int]
+    pg: PlacementGroupInfo
+    def __init__(self, pg: _Optional[_Union[PlacementGroupInfo, _Mapping]] = ...) -> None: ...
+
+class PlacementGroupRequest(_message.Message):
+    __slots__ = ("pg_id", "name", "namespace", "after_version", "timeout")
+    PG_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    pg_id: bytes
+    name: str
+    namespace: str
+    after_version: int
+    timeout: float
+    def __init__(self, pg_id: _Optional[bytes] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., after_version: _Optional[int] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class ListPlacementGroupsReply(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[PlacementGroupInfo]
+    def __init__(self, groups: _Optional[_Iterable[_Union[PlacementGroupInfo, _Mapping]]] = ...) -> None: ...
+
+class BundleRequest(_message.Message):
+    __slots__ = ("pg_id", "index", "resources")
+    class ResourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    PG_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    pg_id: bytes
+    index: int
+    resources: _containers.ScalarMap[str, float]
+    def __init__(self, pg_id: _Optional[bytes] = ..., index: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class BundleReply(_message.Message):
+    __slots__ = ("ok", "message")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    message: str
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
 class WorkerDeathReport(_message.Message):
     __slots__ = ("node_id", "worker_id", "worker_address", "detail")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -653,7 +762,7 @@ class ObjectLocation(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., data: _Optional[bytes] = ..., in_store: _Optional[bool] = ..., size: _Optional[int] = ..., node_id: _Optional[bytes] = ..., node_address: _Optional[str] = ..., owner_address: _Optional[str] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async")
+    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async", "capture_pg")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -674,6 +783,7 @@ class TaskSpec(_message.Message):
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     IS_ASYNC_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_PG_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     function_id: bytes
@@ -694,7 +804,8 @@ class TaskSpec(_message.Message):
     sequence: int
     max_concurrency: int
     is_async: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ...) -> None: ...
+    capture_pg: bytes
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ..., capture_pg: _Optional[bytes] = ...) -> None: ...
 
 class TaskReply(_message.Message):
     __slots__ = ("task_id", "attempt", "returns", "is_error", "retryable", "worker_exiting", "start_time", "end_time", "cancelled", "worker_id", "worker_pid", "requeued", "node_id")

@@ -149,6 +149,31 @@ class HeadStub:
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerDeathReport.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                 _registered_method=True)
+        self.CreatePlacementGroup = channel.unary_unary(
+                '/nbcluster.Head/CreatePlacementGroup',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.CreatePlacementGroupRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.FromString,
+                _registered_method=True)
+        self.WaitPlacementGroup = channel.unary_unary(
+                '/nbcluster.Head/WaitPlacementGroup',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.FromString,
+                _registered_method=True)
+        self.GetPlacementGroup = channel.unary_unary(
+                '/nbcluster.Head/GetPlacementGroup',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.FromString,
+                _registered_method=True)
+        self.RemovePlacementGroup = channel.unary_unary(
+                '/nbcluster.Head/RemovePlacementGroup',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListPlacementGroups = channel.unary_unary(
+                '/nbcluster.Head/ListPlacementGroups',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ListPlacementGroupsReply.FromString,
+                _registered_method=True)
 
 
 class HeadServicer:
@@ -292,6 +317,36 @@ class HeadServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePlacementGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitPlacementGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPlacementGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemovePlacementGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPlacementGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HeadServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -409,6 +464,31 @@ def add_HeadServicer_to_server(servicer, server):
                     servicer.ReportWorkerDeath,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerDeathReport.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'CreatePlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePlacementGroup,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.CreatePlacementGroupRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.SerializeToString,
+            ),
+            'WaitPlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitPlacementGroup,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.SerializeToString,
+            ),
+            'GetPlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPlacementGroup,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.SerializeToString,
+            ),
+            'RemovePlacementGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemovePlacementGroup,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'ListPlacementGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPlacementGroups,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ListPlacementGroupsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1042,6 +1122,141 @@ class Head:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CreatePlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/CreatePlacementGroup',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.CreatePlacementGroupRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitPlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/WaitPlacementGroup',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/GetPlacementGroup',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemovePlacementGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/RemovePlacementGroup',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.PlacementGroupRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPlacementGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.Head/ListPlacementGroups',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ListPlacementGroupsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class NodeManagerStub:
     """Missing associated documentation comment in .proto file."""
@@ -1121,6 +1336,21 @@ class NodeManagerStub:
                 '/nbcluster.NodeManager/Shutdown',
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.PrepareBundle = channel.unary_unary(
+                '/nbcluster.NodeManager/PrepareBundle',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.FromString,
+                _registered_method=True)
+        self.CommitBundle = channel.unary_unary(
+                '/nbcluster.NodeManager/CommitBundle',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.FromString,
+                _registered_method=True)
+        self.CancelBundle = channel.unary_unary(
+                '/nbcluster.NodeManager/CancelBundle',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.FromString,
                 _registered_method=True)
 
 
@@ -1211,6 +1441,24 @@ class NodeManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PrepareBundle(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitBundle(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelBundle(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1283,6 +1531,21 @@ def add_NodeManagerServicer_to_server(servicer, server):
                     servicer.Shutdown,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'PrepareBundle': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareBundle,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.SerializeToString,
+            ),
+            'CommitBundle': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitBundle,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.SerializeToString,
+            ),
+            'CancelBundle': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBundle,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1663,6 +1926,87 @@ class NodeManager:
             '/nbcluster.NodeManager/Shutdown',
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareBundle(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.NodeManager/PrepareBundle',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitBundle(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.NodeManager/CommitBundle',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBundle(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.NodeManager/CancelBundle',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleReply.FromString,
             options,
             channel_credentials,
             insecure,
