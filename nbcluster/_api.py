@@ -72,6 +72,7 @@ def init(
     namespace: str | None = None,
     ignore_reinit_error: bool = False,
     _nodes: int = 1,
+    _node_configs: list[dict[str, Any]] | None = None,
     _system_config: dict[str, Any] | None = None,
 ) -> ClusterInfo:
     """Connect this process to a cluster, starting a local one when no address is given.
@@ -108,6 +109,7 @@ def init(
                 resources=resources,
                 object_store_memory=object_store_memory,
                 nodes=_nodes,
+                node_configs=_node_configs,
                 env=config.to_env(),
             ).start()
             head_address, token = cluster.address, cluster.token

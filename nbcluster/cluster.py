@@ -44,9 +44,20 @@ class LocalCluster:
         temp_dir: str | None = None,
         env: dict[str, str] | None = None,
         token: str | None = None,
+        node_configs: list[dict[str, Any]] | None = None,
     ) -> None:
+        if node_configs is not None:
+            nodes = len(node_configs)
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
+        for cfg in node_configs or []:
+            bad = set(cfg) - {"num_cpus", "num_gpus", "resources", "object_store_memory", "name"}
+            if bad:
+                raise ValueError(
+                    f"unknown node_configs key(s) {sorted(bad)}; valid: num_cpus, num_gpus, "
+                    "resources, object_store_memory, name"
+                )
+        self.node_configs = list(node_configs or [])
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.resources = dict(resources or {})
@@ -102,16 +113,23 @@ class LocalCluster:
         return self
 
     def _node_args(self, index: int) -> list[str]:
+        cfg = self.node_configs[index] if index < len(self.node_configs) else {}
+        num_cpus = cfg.get("num_cpus", self.num_cpus)
+        num_gpus = cfg.get("num_gpus", self.num_gpus)
+        resources = cfg.get("resources", self.resources)
+        store = cfg.get("object_store_memory", self.object_store_memory)
         args = ["--host", self.host]
-        if self.num_cpus is not None:
-            args += ["--num-cpus", str(self.num_cpus)]
-        if self.num_gpus is not None:
-            args += ["--num-gpus", str(self.num_gpus)]
-        if self.resources:
-            args += ["--resources", json.dumps(self.resources)]
-        if self.object_store_memory:
-            args += ["--object-store-memory", str(int(self.object_store_memory))]
-        if self.num_nodes > 1:
+        if num_cpus is not None:
+            args += ["--num-cpus", str(num_cpus)]
+        if num_gpus is not None:
+            args += ["--num-gpus", str(num_gpus)]
+        if resources:
+            args += ["--resources", json.dumps(resources)]
+        if store:
+            args += ["--object-store-memory", str(int(store))]
+        if cfg.get("name"):
+            args += ["--node-name", str(cfg["name"])]
+        elif self.num_nodes > 1:
             args += ["--node-name", f"node{index}"]
         if not proc_is_loopback(self.host):
             args.append("--allow-external")
