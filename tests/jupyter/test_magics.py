@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import os
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from IPython.testing.globalipapp import start_ipython
 
 import nbcluster
 from nbcluster import state
+from nbcluster.exceptions import TaskCancelledError
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.magics import parse_size
 from nbcluster.testing import assert_no_processes, cluster_processes, poll_for
@@ -302,6 +304,34 @@ def test_tasks_remember_their_cell_and_interrupt_policy_is_configurable(
     poll_for(lambda: not state.pending_tasks(), timeout=15, message="cancelled task still pending")
 
 
+def test_interrupt_handler_cancels_only_the_running_cells_tasks(
+    ip: Any, magic: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    magic("start --num-cpus 2")
+    ip.run_cell(
+        "import nbcluster, time\n"
+        "from nbcluster.testing import poll_for\n"
+        "@nbcluster.remote\n"
+        "def nap(s):\n"
+        "    time.sleep(s)\n"
+        "hooks = get_ipython().magics_manager.registry['ClusterMagics'].hooks\n"
+        "other_ref = nap.remote(30)\n",
+        store_history=True,
+    ).raise_error()
+    # What get() does on KeyboardInterrupt, called from inside the cell being interrupted.
+    ip.run_cell(
+        "this_ref = nap.remote(30)\n"
+        "poll_for(lambda: len(nbcluster.state.pending_tasks()) == 2, timeout=10)\n"
+        "hooks.interrupt_handler()\n",
+        store_history=True,
+    ).raise_error()
+    assert "cancelled 1 task(s) submitted by this cell" in capsys.readouterr().err
+    with pytest.raises(TaskCancelledError):
+        nbcluster.get(ip.user_ns.pop("this_ref"), timeout=30)
+    assert state.pending_tasks() == [ip.user_ns["other_ref"].task_id().hex()]
+    nbcluster.cancel(ip.user_ns.pop("other_ref"))
+
+
 def test_hooks_follow_a_connection_made_with_init(ip: Any, magic: Any) -> None:
     nbcluster.init(num_cpus=1)
     session_dir = state.session_info()["session_dir"]
@@ -368,3 +398,15 @@ def test_unload_removes_the_magic_and_the_hooks(ip: Any, magic: Any) -> None:
     )
     nbcluster.cancel(ip.user_ns.pop("ref3"))
     nbcluster.cancel(ip.user_ns.pop("ref4"))
+
+
+def test_importing_nbcluster_loads_no_jupyter_code() -> None:
+    code = (
+        "import sys, nbcluster\n"
+        "assert callable(nbcluster.load_ipython_extension)\n"
+        "assert 'load_ipython_extension' not in nbcluster.__all__\n"
+        "prefixes = ('IPython', 'ipykernel', 'nbcluster.jupyter')\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(prefixes))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

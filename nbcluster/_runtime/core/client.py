@@ -308,12 +308,26 @@ class CoreClient:
 
     def map_from_store(self, object_id: bytes, entry: Entry) -> memoryview:
         """Map a stored object read-only (restoring it from spill first when needed)."""
-        if entry.node_id and self.node_id and entry.node_id != self.node_id:
-            raise exc.ObjectLostError(
-                object_id.hex(),
-                "the object lives on another node and cross-node transfer is not available in this build",
-            )
         buf = objstore.read_object(self.store_dir, object_id)
+        if buf is None and entry.node_id and self.node_id and entry.node_id != self.node_id:
+            # Another node holds it: our node manager pulls a copy into our store.
+            try:
+                self.run(
+                    lambda: self.node().FetchObject(
+                        pb.FetchObjectRequest(
+                            object_id=object_id,
+                            from_address=entry.node_address,
+                            size=entry.size,
+                            owner_address=entry.owner,
+                        ),
+                        timeout=600,
+                    )
+                )
+            except RpcError as err:
+                raise exc.ObjectLostError(
+                    object_id.hex(), f"could not fetch it from node {entry.node_address}: {err.details()}"
+                ) from None
+            buf = objstore.read_object(self.store_dir, object_id)
         if buf is None:
             reply = self.run(lambda: self.node().GetObjectInfo(pb.ObjectIds(object_ids=[object_id]), timeout=60))
             if reply.found:

@@ -58,6 +58,7 @@ class TaskRecord:
         "context",
         "actor",
         "route",
+        "locality",
     )
 
     def __init__(self) -> None:
@@ -69,6 +70,7 @@ class TaskRecord:
         self.context: Any = None  # who submitted it (e.g. the notebook cell), for output
         self.actor = False  # an actor call: ordered by the actor submitter, not leased
         self.route: tuple[Any, ...] | None = None  # how its strategy picks nodes
+        self.locality = ""  # node manager holding most of its argument bytes
 
 
 class KeyQueue:
@@ -239,6 +241,7 @@ class Submitter:
         if rec.actor:
             self.client.actor_submitter.ready(rec)
             return
+        rec.locality = _locality(spec, self.client.node_address)
         kq = self.keys.get(rec.key)
         if kq is None:
             kq = self.keys[rec.key] = KeyQueue(
@@ -278,8 +281,10 @@ class Submitter:
             max(0, depth - len(le.inflight)) for le in kq.leases if not (le.dead or le.exiting or le.returned)
         )
         want = min(len(queue) - spare, MAX_LEASE_REQUESTS) - (len(kq.requests) - len(kq.cancelling))
-        for _ in range(max(0, want)):
-            self._request_lease(kq, self.client.node_address, spill=True)
+        for i in range(max(0, want)):
+            # Large arguments pull the task toward the node that holds them.
+            near = queue[i].locality if i < len(queue) and kq.route is None else ""
+            self._request_lease(kq, near or self.client.node_address, spill=True)
         if not queue:
             for rid, address in list(kq.requests.items()):
                 if rid not in kq.cancelling:
@@ -676,6 +681,21 @@ class Submitter:
                     self._return(lease, failed=bool(lease.inflight))
             for rid, address in list(kq.requests.items()):
                 self.client.loop.create_task(self._cancel_request(address, rid))
+
+
+LOCALITY_MIN_BYTES = 1 << 20
+
+
+def _locality(spec: pb.TaskSpec, local: str) -> str:
+    """The node holding the most argument bytes, when that is worth a detour (else '')."""
+    by_node: dict[str, int] = {}
+    for loc in spec.resolved_args:
+        if loc.in_store and loc.node_address:
+            by_node[loc.node_address] = by_node.get(loc.node_address, 0) + loc.size
+    if not by_node:
+        return ""
+    best, size = max(by_node.items(), key=lambda kv: kv[1])
+    return best if size >= LOCALITY_MIN_BYTES and best != local else ""
 
 
 def _EOF() -> Any:

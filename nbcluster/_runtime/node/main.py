@@ -21,7 +21,7 @@ from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
-from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb, pb_grpc
+from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.node")
@@ -113,6 +113,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     )
     link = HeadLink(service, token, info, config.heartbeat_interval_s)
     service.head_stub = link.stub
+    service.channels = Channels(token, config.rpc_max_message_bytes)
     await link.register()
     nodes_dir = session_dir / "nodes"
     nodes_dir.mkdir(exist_ok=True)

@@ -22,10 +22,12 @@ from nbcluster._runtime.node.zygote import Zygote, decode_status
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
-from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel, pb, pb_grpc
+from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.scheduling.policy import NodeView
 
 log = logging.getLogger(__name__)
+
+FETCH_STREAMS = 2
 
 _STATUS = {
     "SPILLBACK": pb.LeaseReply.SPILLBACK,
@@ -160,6 +162,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.workers: WorkerProcesses | None = None
         self.restored_bytes = 0
         self.head_stub: AuthedStub | None = None
+        self.channels: Channels | None = None
+        self.fetches: dict[bytes, asyncio.Task[pb.ObjectInfoReply]] = {}
+        self.fetched_bytes = 0
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
 
     # -- carrying out instructions -----------------------------------------------------------
@@ -331,6 +336,72 @@ class NodeService(pb_grpc.NodeManagerServicer):
                 return pb.ObjectInfoReply(found=False)
         return pb.ObjectInfoReply(found=True, path=objstore.object_path(self.store_dir, oid), size=access.size)
 
+    async def ReadObject(self, request: pb.ReadObjectRequest, context: grpc.aio.ServicerContext):
+        """Stream our copy of an object in chunks (restoring it from spill first)."""
+        info = await self.GetObjectInfo(pb.ObjectIds(object_ids=[request.object_id]), context)
+        if not info.found:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "object not in this node's store")
+        chunk = min(max(request.chunk_bytes or 16 * 2**20, 64 * 1024), 64 * 2**20)
+        fd = os.open(info.path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            offset = request.offset
+            end = min(size, offset + request.length) if request.length else size
+            while offset < end:
+                data = await asyncio.to_thread(os.pread, fd, min(chunk, end - offset), offset)
+                if not data:
+                    break
+                yield pb.ObjectChunk(offset=offset, total_size=size, data=data)
+                offset += len(data)
+        finally:
+            os.close(fd)
+
+    async def FetchObject(self, request: pb.FetchObjectRequest, context: grpc.aio.ServicerContext):
+        """Pull an object from another node into this node's store (once, even if asked twice)."""
+        oid = request.object_id
+        pending = self.fetches.get(oid)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_task(self._fetch(request))
+            self.fetches[oid] = pending
+            pending.add_done_callback(lambda _: self.fetches.pop(oid, None))
+        try:
+            return await asyncio.shield(pending)
+        except RpcError as err:
+            await context.abort(err.code(), f"fetching from {request.from_address}: {err.details()}")
+        except OSError as err:
+            await context.abort(grpc.StatusCode.INTERNAL, f"fetching the object failed: {err}")
+
+    async def _fetch(self, request: pb.FetchObjectRequest) -> pb.ObjectInfoReply:
+        oid = request.object_id
+        access = self.store.access(oid)
+        if access is not None and access.status in ("ok", "restore"):
+            return await self.GetObjectInfo(pb.ObjectIds(object_ids=[oid]), _NoContext())
+        decision = self.store.create(oid, request.size, request.owner_address, primary=False)
+        if not decision.ok:
+            raise OSError(f"ObjectStoreFull: {decision.message}")
+        self._make_room(decision.spill, decision.evict)
+        assert self.channels is not None
+        remote = self.channels.stub(request.from_address, "node")
+        size = request.size
+        # Several ranges in parallel: one gRPC stream tops out well below memory bandwidth.
+        parts = max(1, min(FETCH_STREAMS, size // (8 * 2**20)))
+        step = -(-size // parts)
+
+        async def pull(w: objstore.RawWriter, start: int) -> None:
+            req = pb.ReadObjectRequest(object_id=oid, offset=start, length=min(step, size - start))
+            async for chunk in remote.ReadObject(req, timeout=600):
+                await asyncio.to_thread(w.write, chunk.offset, chunk.data)
+
+        try:
+            with objstore.RawWriter(self.store_dir, oid, size) as w:
+                await asyncio.gather(*(pull(w, i * step) for i in range(parts) if i * step < size))
+        except BaseException:
+            self.store.free([oid])
+            raise
+        self.store.seal(oid)
+        self.fetched_bytes += request.size
+        return pb.ObjectInfoReply(found=True, path=objstore.object_path(self.store_dir, oid), size=request.size)
+
     async def GetStoreStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         return self.store_stats()
 
@@ -396,6 +467,13 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return pb.Empty()
+
+
+class _NoContext:
+    """Stands in for a servicer context when a handler is reused internally."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise OSError(f"{code.name}: {details}")
 
 
 class HeadLink:

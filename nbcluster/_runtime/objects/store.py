@@ -606,3 +606,40 @@ def _fmt_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+class RawWriter:
+    """Write an object's encoded bytes piece by piece (a copy pulled from another node).
+
+    ``with RawWriter(store_dir, oid, size) as w: w.write(offset, data)``; on a clean exit
+    the object is sealed (published atomically), on an error the partial file is removed.
+    """
+
+    def __init__(self, store_dir: str, object_id: bytes, size: int) -> None:
+        self.final = object_path(store_dir, object_id)
+        self.tmp = _temp_path(store_dir, object_id)
+        self.fd = _open_new(store_dir, self.tmp, size)
+        self.size = size
+
+    def write(self, offset: int, data: bytes | memoryview) -> None:
+        """Write ``data`` at ``offset``."""
+        view = memoryview(data)
+        while view.nbytes:
+            n = os.pwrite(self.fd, view, offset)
+            if n <= 0:
+                raise OSError(errno.EIO, "pwrite made no progress")
+            view = view[n:]
+            offset += n
+
+    def __enter__(self) -> RawWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        os.close(self.fd)
+        if exc_type is not None:
+            _unlink_quiet(self.tmp)
+            return
+        try:
+            _seal(self.tmp, self.final)
+        except FileExistsError:
+            pass  # another fetch of the same object finished first

@@ -677,6 +677,40 @@ class ObjectIds(_message.Message):
     object_ids: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, object_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
+class ObjectChunk(_message.Message):
+    __slots__ = ("offset", "total_size", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    total_size: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., total_size: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ReadObjectRequest(_message.Message):
+    __slots__ = ("object_id", "chunk_bytes", "offset", "length")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    chunk_bytes: int
+    offset: int
+    length: int
+    def __init__(self, object_id: _Optional[bytes] = ..., chunk_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class FetchObjectRequest(_message.Message):
+    __slots__ = ("object_id", "from_address", "size", "owner_address")
+    OBJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    object_id: bytes
+    from_address: str
+    size: int
+    owner_address: str
+    def __init__(self, object_id: _Optional[bytes] = ..., from_address: _Optional[str] = ..., size: _Optional[int] = ..., owner_address: _Optional[str] = ...) -> None: ...
+
 class ObjectInfoReply(_message.Message):
     __slots__ = ("found", "path", "size")
     FOUND_FIELD_NUMBER: _ClassVar[int]

@@ -1337,6 +1337,16 @@ class NodeManagerStub:
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                 _registered_method=True)
+        self.ReadObject = channel.unary_stream(
+                '/nbcluster.NodeManager/ReadObject',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ReadObjectRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectChunk.FromString,
+                _registered_method=True)
+        self.FetchObject = channel.unary_unary(
+                '/nbcluster.NodeManager/FetchObject',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.FetchObjectRequest.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectInfoReply.FromString,
+                _registered_method=True)
         self.PrepareBundle = channel.unary_unary(
                 '/nbcluster.NodeManager/PrepareBundle',
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.BundleRequest.SerializeToString,
@@ -1441,6 +1451,20 @@ class NodeManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadObject(self, request, context):
+        """serve our copy in chunks
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchObject(self, request, context):
+        """pull a remote copy here
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PrepareBundle(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1531,6 +1555,16 @@ def add_NodeManagerServicer_to_server(servicer, server):
                     servicer.Shutdown,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'ReadObject': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadObject,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ReadObjectRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectChunk.SerializeToString,
+            ),
+            'FetchObject': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchObject,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.FetchObjectRequest.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectInfoReply.SerializeToString,
             ),
             'PrepareBundle': grpc.unary_unary_rpc_method_handler(
                     servicer.PrepareBundle,
@@ -1926,6 +1960,60 @@ class NodeManager:
             '/nbcluster.NodeManager/Shutdown',
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadObject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/nbcluster.NodeManager/ReadObject',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ReadObjectRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchObject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.NodeManager/FetchObject',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.FetchObjectRequest.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectInfoReply.FromString,
             options,
             channel_credentials,
             insecure,

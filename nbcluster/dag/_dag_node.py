@@ -1,0 +1,308 @@
+"""``DAGNode``: the base of every node of a lazy graph, and the walk that runs one.
+
+A node holds what to call (its *body*), the arguments it was bound with and its options.
+Arguments may be plain values or other nodes, at the top level or inside lists, tuples and
+dicts (of exactly those types). Nodes only point upstream, and every node is numbered when
+it is made (``_seq``). A node can only be bound to nodes that already exist, so the
+numbering is a topological order: running the nodes of a graph by number runs every node
+after its inputs, and every actor call after the calls bound before it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import reprlib
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+__all__ = ["DAGNode", "Edge"]
+
+#: ``(upstream node, downstream node, kind)``. Kinds: ``"arg"`` (the upstream's result is an
+#: argument), ``"input"`` (an input attribute reads the InputNode), ``"actor"`` (a method
+#: call runs on the actor the ClassNode creates), ``"output"`` (an element of a
+#: MultiOutputNode), ``"order"`` (two calls on one actor, in the order they were bound).
+Edge = tuple["DAGNode", "DAGNode", str]
+
+_seq = itertools.count(1)
+
+_short = reprlib.Repr()
+_short.maxstring = 60
+_short.maxother = 60
+_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 6
+_short.maxlevel = 3
+
+
+def short_repr(value: object) -> str:
+    """A bounded ``repr`` for display (long strings and containers are cut with ``...``)."""
+    return _short.repr(value)
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def iter_nodes(value: object) -> Iterator[DAGNode]:
+    """The nodes in ``value``: itself, or inside (nested) lists, tuples and dicts."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, DAGNode):
+            yield v
+        elif type(v) in (list, tuple):
+            stack.extend(reversed(v))  # type: ignore[arg-type]
+        elif type(v) is dict:
+            stack.extend(reversed(list(v.values())))  # type: ignore[attr-defined]
+
+
+def has_node(value: object) -> bool:
+    """Whether ``value`` is a node or holds one in lists, tuples or dicts."""
+    return next(iter_nodes(value), None) is not None
+
+
+def substitute(value: object, resolve: Callable[[DAGNode], Any]) -> Any:
+    """``value`` with every node in it replaced by ``resolve(node)`` (containers are copied)."""
+    if isinstance(value, DAGNode):
+        return resolve(value)
+    if type(value) is list:
+        return [substitute(v, resolve) for v in value]  # type: ignore[union-attr]
+    if type(value) is tuple:
+        return tuple(substitute(v, resolve) for v in value)  # type: ignore[union-attr]
+    if type(value) is dict:
+        return {k: substitute(v, resolve) for k, v in value.items()}  # type: ignore[union-attr]
+    return value
+
+
+def check_bindable(args: tuple[Any, ...], kwargs: dict[str, Any], where: str) -> None:
+    """Refuse arguments that cannot be part of a graph, saying what to do instead."""
+    for value in (*args, *kwargs.values()):
+        for node in iter_nodes(value):
+            if node._is_output_marker:
+                raise TypeError(
+                    f"{where}: a MultiOutputNode cannot be an argument; it only marks the "
+                    "outputs of a DAG. Bind the nodes it lists instead."
+                )
+            root = node._input_root()
+            if root is not None and not root._entered:
+                raise ValueError(
+                    f"{where}: InputNode() is used outside its 'with' block. Create it as a "
+                    "context manager and bind inside the block:\n"
+                    "    with InputNode() as inp:\n"
+                    "        dag = f.bind(inp[0])"
+                )
+
+
+# ----------------------------------------------------------------------------- the base
+
+
+class DAGNode:
+    """A node of a lazy task graph: nothing runs until :meth:`execute`.
+
+    Nodes are made by ``.bind(...)`` on remote functions (:class:`FunctionNode`), actor
+    classes (:class:`ClassNode`) and actor methods (:class:`ClassMethodNode`), and by
+    :class:`InputNode` and :class:`MultiOutputNode`. ``print(node)`` shows the nested
+    structure; :meth:`to_dict` gives nodes and edges for tools; in a notebook a node
+    renders as a graph, laid out left to right by depth.
+
+    To watch the tasks of one execution live, pass the refs that :meth:`execute` returned
+    to :class:`nbcluster.jupyter.widgets.DAGView`.
+    """
+
+    _is_output_marker: ClassVar[bool] = False
+
+    def __init__(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> None:
+        self._seq = next(_seq)
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        # Which arguments hold nodes, so execute() copies only those.
+        self._dynamic_args = tuple(i for i, a in enumerate(self._args) if has_node(a))
+        self._dynamic_kwargs = tuple(k for k, v in self._kwargs.items() if has_node(v))
+
+    # -- what subclasses define -------------------------------------------------------------
+    def _body(self) -> str:
+        """What the node runs, for display: a function, class, method or input key."""
+        raise NotImplementedError
+
+    def _run(self, ctx: Any) -> Any:
+        """Submit this node's work (its upstream results are in ``ctx``); return the result."""
+        raise NotImplementedError
+
+    def _display_options(self) -> dict[str, Any]:
+        """The options that differ from the defaults."""
+        return {}
+
+    def _extra_upstream(self) -> list[Edge]:
+        """Upstream edges that do not come from the arguments (the actor of a method)."""
+        return []
+
+    def _implied(self) -> list[DAGNode]:
+        """Nodes that run whenever this one runs (a ClassNode's bound method calls)."""
+        return []
+
+    def _actor_key(self) -> object:
+        """For actor method calls: what identifies their actor (for ``order`` edges)."""
+        return None
+
+    def _input_root(self) -> Any:
+        """For InputNode and its attributes: the InputNode; None for other nodes."""
+        return None
+
+    # -- public helpers ---------------------------------------------------------------------
+    def get_id(self) -> str:
+        """This node's id: unique in this process, shown by ``print`` and ``to_dict``."""
+        return f"n{self._seq}"
+
+    def get_args(self) -> tuple[Any, ...]:
+        """The positional arguments the node was bound with (nodes stay nodes)."""
+        return self._args
+
+    def get_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments the node was bound with (a copy)."""
+        return dict(self._kwargs)
+
+    def get_options(self) -> dict[str, Any]:
+        """The node's options that differ from the defaults (e.g. ``{"num_cpus": 2}``)."""
+        return self._display_options()
+
+    def get_nodes(self) -> list[DAGNode]:
+        """Every node that :meth:`execute` runs, in the order it submits them.
+
+        That is this node, everything upstream of it, and every method call bound on a
+        :class:`ClassNode` among them (with its own upstream nodes).
+        """
+        return collect(self)
+
+    def get_edges(self) -> list[Edge]:
+        """The edges between :meth:`get_nodes`, as ``(upstream, downstream, kind)``."""
+        return graph_edges(collect(self))
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the graph that ends at this node; ``args``/``kwargs`` feed its InputNode.
+
+        Returns at once: an ``ObjectRef`` for a function or method node (a list when it
+        has ``num_returns > 1``), an ``ActorHandle`` for a :class:`ClassNode`, a list for
+        a :class:`MultiOutputNode`. Every node runs once per call, however many nodes
+        use it; upstream results travel as refs, and the driver never waits for them.
+        """
+        from nbcluster.dag._execute import execute
+
+        return execute(self, args, kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nodes and edges for tools (JSON-serialisable).
+
+        ``{"output": id, "nodes": [...], "edges": [...]}``. Nodes come in execution
+        order, each with ``id``, ``kind``, ``name``, ``args`` and ``kwargs`` (each item
+        ``{"node": id}`` or ``{"value": repr}``, plus ``"nodes": [ids]`` for containers
+        holding nodes), ``options`` and ``depth`` (longest path from a source). Edges are
+        ``{"source": id, "target": id, "kind": ...}`` (kinds: see :data:`Edge`).
+        """
+        from nbcluster.dag._format import to_dict
+
+        return to_dict(self)
+
+    def to_figure(self) -> Any:
+        """A static plotly ``Figure`` of the graph, laid out left to right by depth."""
+        from nbcluster.dag._display import to_figure
+
+        return to_figure(self)
+
+    # -- display ----------------------------------------------------------------------------
+    def __str__(self) -> str:
+        from nbcluster.dag._format import nested
+
+        return nested(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.get_id()} {self._body()}>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """text/plain (one line per node) and text/html (an SVG drawing of the graph)."""
+        from nbcluster.dag._display import to_html
+        from nbcluster.dag._format import listing
+
+        return {"text/plain": listing(self), "text/html": to_html(self)}
+
+    # -- misuse -----------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name == "remote":
+            raise AttributeError(
+                f"{type(self).__name__} has no .remote(): it is a node of a lazy graph. Run "
+                "the graph with .execute(...)."
+            )
+        if name == "bind":
+            raise AttributeError(
+                f"{type(self).__name__} is already bound; pass it as an argument to another "
+                ".bind(...) to build on it"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"{self!r} cannot be pickled or sent to the cluster. bind() replaces nodes that "
+            "are arguments, or inside lists, tuples and dicts, with their results; a node "
+            "anywhere else (another container, an object's attribute, a closure) stays a "
+            "node. Pass it as an argument instead."
+        )
+
+
+# ----------------------------------------------------------------------------- the graph
+
+
+def upstream_edges(node: DAGNode) -> list[Edge]:
+    """Edges into ``node``: from its arguments, then the extra ones (deduplicated)."""
+    edges: list[Edge] = []
+    seen: set[int] = set()
+    for value in (*node._args, *node._kwargs.values()):
+        for up in iter_nodes(value):
+            if id(up) not in seen:
+                seen.add(id(up))
+                edges.append((up, node, "output" if node._is_output_marker else "arg"))
+    for edge in node._extra_upstream():
+        if id(edge[0]) not in seen:
+            seen.add(id(edge[0]))
+            edges.append(edge)
+    return edges
+
+
+def collect(root: DAGNode) -> list[DAGNode]:
+    """``root``, its upstream nodes and the calls implied by them, in execution order."""
+    seen: dict[int, DAGNode] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen[id(node)] = node
+        stack.extend(up for up, _, _ in upstream_edges(node))
+        stack.extend(node._implied())
+    return sorted(seen.values(), key=lambda n: n._seq)
+
+
+def graph_edges(nodes: list[DAGNode]) -> list[Edge]:
+    """Every edge among ``nodes`` (which are in execution order), ``order`` edges included."""
+    edges: list[Edge] = []
+    pairs: set[tuple[int, int]] = set()
+    for node in nodes:
+        for edge in upstream_edges(node):
+            edges.append(edge)
+            pairs.add((id(edge[0]), id(node)))
+    last_call: dict[object, DAGNode] = {}
+    for node in nodes:
+        key = node._actor_key()
+        if key is None:
+            continue
+        prev = last_call.get(key)
+        if prev is not None and (id(prev), id(node)) not in pairs:
+            edges.append((prev, node, "order"))
+        last_call[key] = node
+    return edges
+
+
+def depths(nodes: list[DAGNode], edges: list[Edge]) -> dict[int, int]:
+    """``id(node)`` -> length of the longest path reaching it (sources are 0)."""
+    preds: dict[int, list[DAGNode]] = {}
+    for a, b, _ in edges:
+        preds.setdefault(id(b), []).append(a)
+    depth: dict[int, int] = {}
+    for node in nodes:  # execution order is topological
+        depth[id(node)] = max((depth[id(p)] + 1 for p in preds.get(id(node), ())), default=0)
+    return depth
