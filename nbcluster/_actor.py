@@ -82,6 +82,14 @@ class ActorClass(Generic[C]):
         """Override actor options (``name=``, ``lifetime=``, ``num_cpus=``...) for one creation."""
         return _ActorOptionsWrapper(self, self._options.merge(where="options", **overrides))
 
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy :class:`~nbcluster.dag.ClassNode`: an actor created when the DAG executes."""
+        from nbcluster.dag import ClassNode
+
+        return ClassNode(
+            self, args, kwargs, cls=self._cls, methods=self._meta, options=self._options
+        )
+
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Create the actor (``__init__`` runs in its own worker); return a handle at once."""
         return self._create(args, kwargs, self._options)
@@ -219,6 +227,13 @@ class _ActorOptionsWrapper(Generic[C]):
         self._ac = ac
         self._options = options
 
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy :class:`~nbcluster.dag.ClassNode` with the overridden options."""
+        from nbcluster.dag import ClassNode
+
+        ac, opts = self._ac, self._options
+        return ClassNode(ac, args, kwargs, cls=ac._cls, methods=ac._meta, options=opts, submit=self)
+
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Create the actor with the overridden options."""
         return self._ac._create(args, kwargs, self._options)
@@ -241,6 +256,13 @@ class ActorMethod:
             f"Actor methods cannot be called directly. Instead of '{self._name}()', "
             f"try '{self._name}.remote()'."
         )
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy :class:`~nbcluster.dag.ClassMethodNode`: this call, on the live actor."""
+        from nbcluster.dag import ClassMethodNode
+
+        h, n, cls_name = self._handle, self._num_returns, self._handle._meta["class_name"]
+        return ClassMethodNode(h, self._name, args, kwargs, num_returns=n, class_name=cls_name)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Queue a call on the actor; return its ref(s) at once."""

@@ -195,7 +195,7 @@ async def _attach(client: CoreClient) -> None:
     try:
         info = await head.GetClusterInfo(pb.Empty(), timeout=10)
         me = socket.gethostname()
-        local = [n for n in info.nodes if n.hostname == me and os.path.isdir(n.store_dir)]
+        local = _local_nodes(info.nodes)
         if not local:
             raise ConnectionError(
                 f"the cluster at {client.head_address} has no node on this host ({me}); "
@@ -220,6 +220,31 @@ async def _attach(client: CoreClient) -> None:
         )
     except RpcError as err:
         raise to_exception(err, Peer.HEAD, "connect") from None
+
+
+def _local_ips() -> set[str]:
+    import psutil
+
+    ips = {"127.0.0.1", "::1", "localhost"}
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                ips.add(a.address.split("%")[0])
+    return ips
+
+
+def _local_nodes(nodes: Sequence[Any]) -> list[Any]:
+    """Nodes whose manager listens on an address of this machine (or namespace) and whose
+    store directory this process can see, so it can map their objects."""
+    forced = os.environ.get("NBCLUSTER_NODE_ADDRESS")
+    if forced:
+        return [n for n in nodes if n.address == forced]
+    ips = _local_ips()
+    return [
+        n
+        for n in nodes
+        if n.address.rsplit(":", 1)[0].strip("[]") in ips and os.path.isdir(n.store_dir)
+    ]
 
 
 def shutdown() -> None:
@@ -285,7 +310,7 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
             f"get() timed out after {timeout}s: {missing} of {len(entries)} object(s) are not ready. "
             "The tasks keep running; call get() again later, or cancel() them."
         )
-    values = [client.value_of(r._id, e) for r, e in zip(refs, entries, strict=True)]
+    values = [client.get_value(r, e, deadline) for r, e in zip(refs, entries, strict=True)]
     return values[0] if single else values
 
 

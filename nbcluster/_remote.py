@@ -68,6 +68,12 @@ class RemoteFunction(Generic[R]):
         """
         return _OptionsWrapper(self, self._options.merge(where="options", **overrides))
 
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy :class:`~nbcluster.dag.FunctionNode` for this call; run it with .execute()."""
+        from nbcluster.dag import FunctionNode
+
+        return FunctionNode(self, args, kwargs, options=self._options)
+
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Submit a task running this function on ``args``; return its ref(s) at once."""
         return self._remote(args, kwargs, self._options)
@@ -126,6 +132,12 @@ class _OptionsWrapper(Generic[R]):
     def __init__(self, rf: RemoteFunction[R], options: _options.TaskOptions) -> None:
         self._rf = rf
         self._options = options
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy :class:`~nbcluster.dag.FunctionNode` with the overridden options."""
+        from nbcluster.dag import FunctionNode
+
+        return FunctionNode(self._rf, args, kwargs, options=self._options, submit=self)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Submit with the overridden options."""

@@ -195,7 +195,8 @@ class ClassMethodNode(DAGNode):
         return f"actor({str(getattr(self._parent, 'actor_id', '?'))[:8]})"
 
     def _run(self, ctx: Any) -> Any:
-        handle = ctx.results[id(self._parent)] if isinstance(self._parent, ClassNode) else self._parent
+        parent = self._parent
+        handle = ctx.results[id(parent)] if isinstance(parent, ClassNode) else parent
         args, kwargs = ctx.arguments(self)
         method = getattr(handle, self._method).options(num_returns=self._num_returns)
         return method.remote(*args, **kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbcluster.dag._class_node import ClassMethodNode, ClassNode
 from nbcluster.dag._dag_node import (
     DAGNode,
     collect,
@@ -13,6 +14,12 @@ from nbcluster.dag._dag_node import (
     iter_nodes,
     short_repr,
 )
+from nbcluster.dag._function_node import FunctionNode
+from nbcluster.dag._input_node import InputAttributeNode, InputNode
+from nbcluster.dag._output_node import MultiOutputNode
+
+#: Nodes that run something and so have args and options, always shown by ``str()``.
+_CALLS = (FunctionNode, ClassNode, ClassMethodNode)
 
 __all__ = ["arg_text", "call_text", "listing", "nested", "option_text", "to_dict"]
 
@@ -48,15 +55,14 @@ def call_text(node: DAGNode) -> str:
     parts = [arg_text(a) for a in node._args]
     parts += [f"{k}={arg_text(v)}" for k, v in node._kwargs.items()]
     joined = ", ".join(parts)
-    kind = type(node).__name__
-    if kind == "InputNode":
+    if isinstance(node, InputNode):
         return "InputNode()"
-    if kind == "InputAttributeNode":
+    if isinstance(node, InputAttributeNode):
         return node._body()
-    if kind == "MultiOutputNode":
+    if isinstance(node, MultiOutputNode):
         return f"[{joined}]"
-    if kind == "ClassMethodNode":
-        return f"{node._actor_text()}.{node._method}({joined})"  # type: ignore[attr-defined]
+    if isinstance(node, ClassMethodNode):
+        return f"{node._actor_text()}.{node._method}({joined})"
     return f"{node._body()}({joined})"
 
 
@@ -84,19 +90,18 @@ def _nested(node: DAGNode, level: int, shown: set[int], lines: list[str], prefix
     lines.append(f"{pad}{prefix}{head}(")
     inner = _INDENT * (level + 1)
     lines.append(f"{inner}body={node._body()}")
-    parent = getattr(node, "_parent", None)
-    if isinstance(parent, DAGNode):
-        _nested(parent, level + 1, shown, lines, "actor=")
-    elif parent is not None:
-        lines.append(f"{inner}actor={short_repr(parent)}")
-    input_node = getattr(node, "_input", None)
-    if isinstance(input_node, DAGNode):
-        _nested(input_node, level + 1, shown, lines, "input=")
-    if node._args or type(node).__name__ in ("FunctionNode", "ClassNode", "ClassMethodNode"):
+    if isinstance(node, ClassMethodNode):
+        if isinstance(node._parent, DAGNode):
+            _nested(node._parent, level + 1, shown, lines, "actor=")
+        else:
+            lines.append(f"{inner}actor={short_repr(node._parent)}")
+    if isinstance(node, InputAttributeNode):
+        _nested(node._input, level + 1, shown, lines, "input=")
+    if node._args or isinstance(node, _CALLS):
         _values("args", list(enumerate(node._args)), level + 1, shown, lines)
     if node._kwargs:
         _values("kwargs", list(node._kwargs.items()), level + 1, shown, lines)
-    if type(node).__name__ in ("FunctionNode", "ClassNode", "ClassMethodNode"):
+    if isinstance(node, _CALLS):
         lines.append(f"{inner}options={option_text(node._display_options())}")
     lines.append(f"{pad})")
 
@@ -182,11 +187,14 @@ def to_dict(root: DAGNode) -> dict[str, Any]:
             "options": _jsonable(node._display_options()),
             "depth": depth[id(node)],
         }
-        parent = getattr(node, "_parent", None)
-        if parent is not None:
+        if isinstance(node, ClassMethodNode):
+            parent = node._parent
             entry["actor"] = (
                 parent.get_id() if isinstance(parent, DAGNode) else getattr(parent, "actor_id", "")
             )
+        if isinstance(node, InputAttributeNode):
+            entry["key"] = node._key
+            entry["accessor"] = node._accessor
         out_nodes.append(entry)
     return {
         "output": root.get_id(),

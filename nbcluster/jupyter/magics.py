@@ -17,6 +17,7 @@ Load with ``%load_ext nbcluster``. Subcommands::
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import re
 import shlex
@@ -259,7 +260,7 @@ class ClusterMagics(Magics):
 
     def _widgets(self, args: argparse.Namespace) -> Any:
         try:
-            from nbcluster.jupyter import widgets
+            widgets = importlib.import_module("nbcluster.jupyter.widgets")
         except ImportError as err:
             raise UsageError(
                 f"the live dashboard is not available ({err}); %cluster status shows the "

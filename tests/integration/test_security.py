@@ -33,6 +33,7 @@ from nbcluster import LocalCluster
 from nbcluster._runtime import proc
 from nbcluster._runtime.protocol.errors import Peer, to_exception
 from nbcluster._runtime.protocol.rpc import pb, pb_grpc
+from nbcluster.config import Config
 from nbcluster.exceptions import AuthenticationError
 from nbcluster.testing import (
     assert_cluster_healthy,
@@ -313,7 +314,7 @@ class _FakeRpcError(grpc.aio.AioRpcError):
 
 _LEAK_SCRIPT = textwrap.dedent(
     """
-    import sys, numpy as np, nbcluster, grpc
+    import numpy as np, nbcluster
     info = nbcluster.init(num_cpus=2, _system_config={"log_level": "DEBUG"})
     print("SESSION", info.session_dir, flush=True)
 
@@ -381,6 +382,15 @@ def _listeners(p: psutil.Process) -> list[Any]:
         return []
 
 
+def _role(p: psutil.Process, workers: set[int]) -> str:
+    cmd = " ".join(p.cmdline())
+    if "head.main" in cmd:
+        return "head"
+    if p.pid in workers:
+        return "worker"
+    return "node" if "node.main" in cmd else ""
+
+
 def test_every_listening_socket_is_on_loopback(sec):
     assert nbcluster.get([add.remote(i, i) for i in range(20)]) == [2 * i for i in range(20)]
     procs = cluster_processes(sec.session_dir)
@@ -390,16 +400,7 @@ def test_every_listening_socket_is_on_loopback(sec):
     for p in [*procs, psutil.Process()]:
         socks = _listeners(p)
         found += [(p.pid, s.laddr) for s in socks]
-        cmd = " ".join(p.cmdline())
-        role = (
-            "head"
-            if "head.main" in cmd
-            else "worker"
-            if p.pid in workers
-            else "node"
-            if "node.main" in cmd
-            else ""
-        )
+        role = _role(p, workers)
         if role:
             roles[role] += len(socks)
     wildcard = [(pid, a) for pid, a in found if a.ip in ("0.0.0.0", "::", "::ffff:0.0.0.0")]
@@ -768,6 +769,7 @@ def test_malformed_requests_get_invalid_argument_without_internals(servers):
 
 
 def test_oversized_messages_are_rejected(sec, servers, head):
+    assert 0 < Config().rpc_max_message_bytes <= 2**30, "the default message size is unbounded"
     big = b"x" * (MAX_MESSAGE + MiB)
     cases = [
         (

@@ -324,6 +324,8 @@ class CoreClient:
                     )
                 )
             except RpcError as err:
+                if "UNAVAILABLE" in (err.details() or "") or err.code().name == "UNAVAILABLE":
+                    raise SourceUnavailable(entry.node_address) from None
                 raise exc.ObjectLostError(
                     object_id.hex(), f"could not fetch it from node {entry.node_address}: {err.details()}"
                 ) from None
@@ -335,6 +337,41 @@ class CoreClient:
         if buf is None:
             raise exc.ObjectLostError(object_id.hex(), "the object is no longer in the node's store")
         return buf
+
+    def get_value(self, ref: Any, entry: Entry, deadline: float | None) -> Any:
+        """``value_of``, riding out a node that died under the object (it is rebuilt or lost)."""
+        while True:
+            try:
+                return self.value_of(ref._id, entry)
+            except SourceUnavailable as e:
+                entry = self._await_relocation(ref, entry, e.address, deadline)
+
+    def _await_relocation(self, ref: Any, entry: Entry, address: str, deadline: float | None) -> Entry:
+        limit = time.monotonic() + self.config.node_death_timeout_s * 2 + 10
+        if deadline is not None:
+            limit = min(limit, deadline)
+        if not entry.owned:
+            # The owner knows where (or whether) it lives now: ask again after a moment.
+            time.sleep(0.5)
+            with self.table.lock:
+                if entry.state == READY and entry.node_address == address:
+                    entry.state = PENDING
+                    entry.fetching = False
+                    entry.buffer = None
+        else:
+            self.call_soon(self.submitter.ensure_node_watch)
+            # Wait until the node is declared dead and the object is rebuilt (or lost).
+            while entry.state == READY and entry.exc is None and entry.node_address == address:
+                if time.monotonic() > limit:
+                    raise exc.ObjectLostError(
+                        ref.hex(), f"the node {address} that holds it cannot be reached"
+                    )
+                time.sleep(0.05)
+        fresh = self.ensure_tracked([ref])[0]
+        self.wait_entries([fresh], 1, limit)
+        if fresh.state != READY:
+            raise exc.GetTimeoutError(f"get() timed out while {ref.hex()} was being rebuilt")
+        return fresh
 
     # -- waiting -------------------------------------------------------------------------------
     def ensure_tracked(self, refs: Sequence[Any]) -> list[Entry]:
@@ -516,6 +553,14 @@ class CoreClient:
 
         self.call_soon(lambda: self.loop.create_task(watch()))
         return ref
+
+
+class SourceUnavailable(Exception):
+    """The node holding an object's only copy cannot be reached (it may have died)."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.address = address
 
 
 def print_task_output(context: Any, name: str, record: Any) -> None:

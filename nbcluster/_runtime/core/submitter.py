@@ -138,6 +138,8 @@ class Submitter:
         self._inbox_scheduled = False
         self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.closed = False
+        self.node_watch_running = False
+        self.dead_nodes: set[bytes] = set()
 
     # -- from user threads ------------------------------------------------------------------
     def submit(self, rec: TaskRecord) -> None:
@@ -425,6 +427,7 @@ class Submitter:
                 return
             kq.leases.append(lease)
             client.loop.create_task(self._reader(lease))
+            self.ensure_node_watch()
             self._pump(kq)
         elif reply.status == pb.LeaseReply.SPILLBACK:
             self._request_lease(kq, reply.spill_address, spill=False)
@@ -669,6 +672,81 @@ class Submitter:
             return
         with contextlib.suppress(RpcError):
             await client.core(lease.worker_address).CancelTask(pb.CancelTaskRequest(task_id=task_id), timeout=5)
+
+    # -- node failures -------------------------------------------------------------------------
+    def ensure_node_watch(self) -> None:
+        """Watch for dead nodes while this process has work or objects out in the cluster."""
+        if not self.node_watch_running and not self.closed:
+            self.node_watch_running = True
+            self.client.loop.create_task(self._watch_nodes())
+
+    async def _watch_nodes(self) -> None:
+        client = self.client
+        interval = max(0.2, min(1.0, client.config.heartbeat_interval_s * 2))
+        try:
+            while not self.closed:
+                await asyncio.sleep(interval)
+                try:
+                    reply = await client.head().GetNodes(pb.GetNodesRequest(include_dead=True), timeout=10)
+                except RpcError:
+                    continue
+                for n in reply.nodes:
+                    if not n.alive and n.node_id not in self.dead_nodes:
+                        self.dead_nodes.add(n.node_id)
+                        self.node_died(n.node_id, n.address, n.death_reason or "it stopped responding")
+        finally:
+            self.node_watch_running = False
+
+    def node_died(self, node_id: bytes, address: str, reason: str) -> None:
+        """A node is gone: its leases failed; objects that lived only there are lost."""
+        log.warning("node %s died: %s", node_id.hex()[:8], reason)
+        for kq in list(self.keys.values()):
+            for lease in list(kq.leases):
+                if lease.node_address == address or lease.node_id == node_id:
+                    self._lease_failed(lease)
+        table = self.client.table
+        resubmit: dict[bytes, TaskRecord] = {}
+        lost: list[Entry] = []
+        with table.lock:
+            for oid, entry in table.entries.items():
+                if not (entry.owned and entry.state == READY and entry.in_store and entry.node_id == node_id):
+                    continue
+                rec = entry.task
+                if isinstance(rec, TaskRecord) and rec.retries_left != 0 and not rec.cancelled:
+                    entry.state = PENDING
+                    entry.buffer = None
+                    resubmit[rec.task_id] = rec
+                elif isinstance(rec, TaskRecord):
+                    entry.set_ready(
+                        exc=exc.ObjectReconstructionFailedMaxAttemptsExceededError(
+                            oid.hex(),
+                            f"its node died ({reason}) and the task that made it ({rec.name}) has "
+                            "no retries left (raise max_retries to allow reconstruction)",
+                        )
+                    )
+                    lost.append(entry)
+                else:
+                    entry.set_ready(
+                        exc=exc.ObjectLostError(
+                            oid.hex(),
+                            f"its node died ({reason}); objects made with put() cannot be rebuilt",
+                        )
+                    )
+                    lost.append(entry)
+        for entry in lost:
+            table.wake(entry)
+        touched: set[Any] = set()
+        for rec in resubmit.values():
+            # Lineage reconstruction: run the producing task again.
+            rec.retries_left -= 1
+            rec.spec.attempt += 1
+            rec.done = False
+            rec.lease = None
+            self.tasks[rec.task_id] = rec
+            table.add_submitted(rec.dep_ids + rec.nested_ids)
+            self._resolve_deps(rec, touched)
+        for key in touched:
+            self._pump(self.keys[key])
 
     def shutdown(self) -> None:
         """Stop: return leases, fail nothing (the process is going away)."""

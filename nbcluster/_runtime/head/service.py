@@ -178,7 +178,8 @@ class HeadService(pb_grpc.HeadServicer):
             dict(request.total),
         )
         if not ok:
-            return pb.HeartbeatReply(reregister=True)
+            known = self.state.nodes.get(request.node_id)
+            return pb.HeartbeatReply(reregister=True, fenced=known is not None and not known.alive)
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):

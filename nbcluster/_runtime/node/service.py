@@ -464,6 +464,28 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.apply(self.state.cancel_bundle(request.pg_id, request.index))
         return pb.BundleReply(ok=True)
 
+    async def reset_as_new_node(self) -> None:
+        """Fencing: drop every worker, lease and object, and take a new node id.
+
+        Owners already treated this node's work as lost (and retried it elsewhere), so
+        nothing that ran here before may talk to them again.
+        """
+        assert self.workers is not None
+        for fut in self.waiters.values():
+            if not fut.done():
+                fut.set_result(pb.LeaseReply(status=pb.LeaseReply.CANCELLED, message="node was fenced"))
+        self.waiters.clear()
+        for wid in list(self.workers.pids):
+            self.workers.kill(wid, force=True)
+        old = self.state
+        self.state = NodeState(
+            os.urandom(16), old.address, {k: v for k, v in old.total.items() if "_group_" not in k},
+            prestart=old.prestart,
+        )
+        for oid, where in self.store.free(list(self.store._entries)):  # noqa: SLF001
+            objstore.delete_object(self.spill_dir if where == "spilled" else self.store_dir, oid)
+        self.apply(self.state.start())
+
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return pb.Empty()
@@ -512,7 +534,12 @@ class HeadLink:
                 log.warning("heartbeat to head failed: %s", err.code().name)
                 continue
             if reply.reregister:
-                log.warning("head asked this node to re-register")
+                if reply.fenced:
+                    log.warning("this node was declared dead while unreachable: starting over as a new node")
+                    await self.service.reset_as_new_node()
+                    self.info.node_id = self.service.state.node_id
+                else:
+                    log.warning("the head does not know this node (it restarted): registering again")
                 with contextlib.suppress(RpcError):
                     await self.register()
                 continue

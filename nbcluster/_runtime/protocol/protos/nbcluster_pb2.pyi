@@ -106,12 +106,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, node_id: _Optional[bytes] = ..., available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ..., total: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
-    __slots__ = ("reregister", "nodes")
+    __slots__ = ("reregister", "nodes", "fenced")
     REREGISTER_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
-    def __init__(self, reregister: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+    fenced: bool
+    def __init__(self, reregister: _Optional[bool] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
 class NodeRef(_message.Message):
     __slots__ = ("node_id", "reason")
