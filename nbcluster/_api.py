@@ -191,7 +191,7 @@ def _connect(config: Config, head_address: str, token: str, namespace: str) -> C
 
 
 async def _attach(client: CoreClient) -> None:
-    head = client.head()
+    head = client.head_once()
     try:
         info = await head.GetClusterInfo(pb.Empty(), timeout=10)
         me = socket.gethostname()
@@ -255,7 +255,7 @@ def shutdown() -> None:
             return
         context.set_client(None)
         with contextlib.suppress(Exception):
-            client.run(lambda: client.head().FinishJob(pb.JobRef(job_id=client.job_id), timeout=2), timeout=3)
+            client.run(lambda: client.head_once().FinishJob(pb.JobRef(job_id=client.job_id), timeout=2), timeout=3)
         client.stop()
         cluster: LocalCluster | None = getattr(client, "cluster", None)
         if cluster is not None:

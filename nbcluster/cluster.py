@@ -210,6 +210,26 @@ class LocalCluster:
         self._wait_nodes(timeout)
         return p
 
+    def kill_head(self) -> None:
+        """SIGKILL the head process (fault-injection for tests; nodes keep running)."""
+        if self.head is not None and self.head.poll() is None:
+            self.head.kill()
+            self.head.wait(10)
+
+    def restart_head(self, timeout: float = 30.0) -> None:
+        """Start the head again on the same address; it recovers its state from SQLite."""
+        assert self.session_dir is not None and self.token_file is not None
+        self.kill_head()
+        host, _, port = self.address.rpartition(":")
+        (self.session_dir / proc.HEAD_ADDRESS_FILE).unlink(missing_ok=True)
+        args = ["--session-dir", str(self.session_dir), "--token-file", str(self.token_file)]
+        args += ["--host", host.strip("[]"), "--port", port]
+        if not proc_is_loopback(self.host):
+            args.append("--allow-external")
+        self.head = self._spawn("nbcluster._runtime.head.main", args, {**os.environ, **self.env})
+        head = self.head
+        proc.wait_for_file(self.session_dir / proc.HEAD_ADDRESS_FILE, timeout, alive=lambda: head.poll() is None)
+
     def remove_node(self, timeout: float = 10.0) -> None:
         """Stop the most recently added node manager (never the last one)."""
         if len(self.nodes) <= 1:

@@ -212,7 +212,8 @@ class DAGNode:
         return nested(self)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.get_id()} {self._body()}>"
+        kind, body = type(self).__name__, self._body()
+        return f"<{kind} {self.get_id()}{'' if body == kind else ' ' + body}>"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """text/plain (one line per node) and text/html (an SVG drawing of the graph)."""

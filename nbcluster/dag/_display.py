@@ -109,10 +109,7 @@ def _render(name: str, /, **values: object) -> str:
 
 
 def _title(root: DAGNode, lay_nodes: int, edges: int) -> str:
-    return (
-        f"DAG: {lay_nodes} node(s), {edges} edge(s); output {root.get_id()} "
-        f"({type(root).__name__} {root._body()})"
-    )
+    return f"DAG: {lay_nodes} node(s), {edges} edge(s); output {root!r}"
 
 
 def to_html(root: DAGNode) -> str:

@@ -80,6 +80,9 @@ def nested(root: DAGNode) -> str:
 def _nested(node: DAGNode, level: int, shown: set[int], lines: list[str], prefix: str) -> None:
     pad = _INDENT * level
     head = f"({type(node).__name__} {node.get_id()})"
+    if isinstance(node, InputNode):
+        lines.append(f"{pad}{prefix}{head}")
+        return
     if id(node) in shown:
         lines.append(f"{pad}{prefix}{head} <shown above>")
         return
@@ -103,6 +106,8 @@ def _nested(node: DAGNode, level: int, shown: set[int], lines: list[str], prefix
         _values("kwargs", list(node._kwargs.items()), level + 1, shown, lines)
     if isinstance(node, _CALLS):
         lines.append(f"{inner}options={option_text(node._display_options())}")
+    if isinstance(node, ClassNode):
+        lines.append(f"{inner}calls=[{', '.join(c.get_id() for c in node._calls)}]")
     lines.append(f"{pad})")
 
 
@@ -143,7 +148,7 @@ def listing(root: DAGNode) -> str:
         opts = node._display_options()
         extra = f"  options={option_text(opts)}" if opts else ""
         lines.append(
-            f"  {node.get_id():<{width}}  {type(node).__name__:<18} {call_text(node)}{extra}"
+            f"  {node.get_id():<{width}}  {type(node).__name__:<19} {call_text(node)}{extra}"
         )
     if len(shown) < len(nodes):
         lines.append(f"  ... {len(nodes) - len(shown)} more node(s): see to_dict()")
@@ -192,6 +197,8 @@ def to_dict(root: DAGNode) -> dict[str, Any]:
             entry["actor"] = (
                 parent.get_id() if isinstance(parent, DAGNode) else getattr(parent, "actor_id", "")
             )
+        if isinstance(node, ClassNode):
+            entry["calls"] = [c.get_id() for c in node._calls]
         if isinstance(node, InputAttributeNode):
             entry["key"] = node._key
             entry["accessor"] = node._accessor

@@ -138,6 +138,21 @@ def wait_for_server(proc: subprocess.Popen[bytes], port: int, log: Path) -> None
     raise AssertionError(f"jupyter lab did not answer within {DEADLINE_S}s:\n{log.read_text()}")
 
 
+def start_session(port: int, notebook: str) -> None:
+    """Start the notebook's kernel through the REST API, so the page opens no kernel dialog."""
+    body = json.dumps(
+        {"path": notebook, "name": notebook, "type": "notebook", "kernel": {"name": "python3"}}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/sessions",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=DEADLINE_S) as r:
+        assert r.status == 201, r.status
+
+
 def stop_lab(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the server's PID (it shuts its kernels down), SIGKILL if it hangs."""
     if proc.poll() is None:
@@ -149,6 +164,7 @@ def stop_lab(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+@pytest.mark.timeout(600)
 def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
     try:
         from playwright.sync_api import sync_playwright
@@ -166,6 +182,7 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
     page: Any = None
     try:
         wait_for_server(proc, port, tmp_path / "lab.log")
+        start_session(port, "widgets.ipynb")
         with sync_playwright() as pw:
             browser = pw.chromium.launch(
                 executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
@@ -185,7 +202,19 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
                     ".jp-Notebook-ExecutionIndicator[data-status='idle']",
                     timeout=DEADLINE_S * 1000,
                 )
-                page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+                page.wait_for_selector(".jp-Notebook", timeout=DEADLINE_S * 1000)
+                # The kernel is the session's; accept a kernel dialog should one still appear.
+                dialog = page.locator(".jp-Dialog .jp-mod-accept")
+                if dialog.count():
+                    dialog.click()
+                page.wait_for_selector(
+                    ".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                    timeout=DEADLINE_S * 1000,
+                )
+                # Do not await the command's promise: it settles only when every cell ran.
+                page.evaluate(
+                    "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+                )
                 page.get_by_text(f"TIMELINE BARS {N_TASKS}").wait_for(timeout=DEADLINE_S * 1000)
                 page.wait_for_function(
                     f"() => ({BAR_COUNT_JS})() >= {N_TASKS}", timeout=DEADLINE_S * 1000
@@ -208,6 +237,7 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
             except BaseException:
                 if page is not None:
                     page.screenshot(path=str(ARTIFACTS / "timeline-failure.png"))
+                (ARTIFACTS / "timeline-lab.log").write_bytes((tmp_path / "lab.log").read_bytes())
                 raise
             finally:
                 browser.close()

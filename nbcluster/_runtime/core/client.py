@@ -78,6 +78,7 @@ class CoreClient:
         self.current_task_id = b""  # set by the worker executor while a task runs
         self.current_pg: tuple[bytes, bool] | None = None  # (group, capture) of the running task
         self._nodes_cache: tuple[float, list[Any]] | None = None
+        self._head_retry: HeadRetry | None = None
         self._pg_cache: dict[bytes, Any] = {}
         from nbcluster._runtime.core.submitter import Submitter
 
@@ -171,7 +172,14 @@ class CoreClient:
             self.loop.close()
 
     # -- stubs -----------------------------------------------------------------------------
-    def head(self) -> AuthedStub:
+    def head(self) -> Any:
+        """The head's stub; unary calls ride out a head restart for the grace period."""
+        if self._head_retry is None:
+            self._head_retry = HeadRetry(self)
+        return self._head_retry
+
+    def head_once(self) -> AuthedStub:
+        """The head's stub without retries."""
         return self.channels.stub(self.head_address, "head")
 
     def node(self, address: str | None = None) -> AuthedStub:
@@ -553,6 +561,37 @@ class CoreClient:
 
         self.call_soon(lambda: self.loop.create_task(watch()))
         return ref
+
+
+class HeadRetry:
+    """Calls to the head that retry while it is unreachable, up to the grace period.
+
+    A head restart (or a short network cut) is then invisible to callers; after
+    ``head_grace_period_s`` the last error surfaces (as ``HeadUnavailableError`` once
+    translated).
+    """
+
+    def __init__(self, client: CoreClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        client = self._client
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + client.config.head_grace_period_s
+            delay = 0.05
+            while True:
+                method = getattr(client.channels.stub(client.head_address, "head"), name)
+                try:
+                    return await method(*args, **kwargs)
+                except RpcError as err:
+                    if err.code().name != "UNAVAILABLE" or client.closed or time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+        self.__dict__[name] = call
+        return call
 
 
 class SourceUnavailable(Exception):

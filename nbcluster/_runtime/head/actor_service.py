@@ -64,7 +64,14 @@ def actor_info(rec: ActorRecord) -> pb.ActorInfo:
 class ActorManager:
     """Owns the actor table of the head and the I/O it needs."""
 
-    def __init__(self, state: HeadState, channels: Channels, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state: HeadState,
+        channels: Channels,
+        clock: Callable[[], float] = time.time,
+        persist: Callable[[ActorRecord], None] | None = None,
+    ) -> None:
+        self.persist = persist
         self.state = state
         self.table = ActorTable()
         self.channels = channels
@@ -83,6 +90,12 @@ class ActorManager:
             elif isinstance(ins, StopWorker):
                 loop.create_task(self._stop_worker(ins.node_address, ins.worker_id))
             elif isinstance(ins, Changed):
+                rec = self.table.actors.get(ins.actor_id)
+                if rec is not None and self.persist is not None:
+                    try:
+                        self.persist(rec)
+                    except Exception:  # noqa: BLE001 - persistence must not stop the head
+                        log.exception("could not persist actor %s", ins.actor_id.hex()[:8])
                 for fut in self.waiters.pop(ins.actor_id, []):
                     if not fut.done():
                         fut.set_result(None)
@@ -283,6 +296,46 @@ class ActorManager:
 
     def node_died(self, node_id: bytes, reason: str) -> None:
         self.apply(self.table.node_died(node_id, reason, self.clock()))
+
+    def recover(self, rows: list[tuple[pb.ActorInfo, pb.TaskSpec, dict[str, Any]]]) -> None:
+        """Rebuild the table after a head restart. ALIVE actors keep serving where they are;
+        actors that were being placed or restarted are placed again."""
+        for info, spec, extra in rows:
+            rec = ActorRecord(
+                actor_id=info.actor_id,
+                spec=spec,
+                resources=dict(extra.get("resources", {})),
+                name=info.name,
+                namespace=info.namespace,
+                class_name=info.class_name,
+                detached=info.detached,
+                max_restarts=info.max_restarts,
+                owner_address=info.owner_address,
+                job_id=info.job_id,
+                preferred_node=extra.get("preferred_node", ""),
+                strategy=extra.get("strategy", "DEFAULT"),
+                handle_meta=info.handle_meta,
+                state=info.state,
+                version=info.version + 1,
+                address=info.address,
+                node_id=info.node_id,
+                node_address=extra.get("node_address", ""),
+                worker_id=info.worker_id,
+                worker_pid=info.worker_pid,
+                lease_id=bytes.fromhex(extra.get("lease_id", "")),
+                num_restarts=info.num_restarts,
+                death_cause=info.death_cause,
+                death_kind=info.death_kind,
+                init_error=info.init_error,
+                start_time=info.start_time,
+                end_time=info.end_time,
+            )
+            self.table.actors[rec.actor_id] = rec
+            if rec.name and rec.state != DEAD:
+                self.table.names[(rec.namespace, rec.name)] = rec.actor_id
+            if rec.state in (0, 2):  # PENDING or RESTARTING: place again
+                self.apply([Place(rec.actor_id)])
+        log.info("recovered %d actors", len(rows))
 
     def close(self) -> None:
         for futs in self.waiters.values():

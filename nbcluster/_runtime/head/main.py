@@ -46,6 +46,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
     pb_grpc.add_HeadServicer_to_server(service, server)
+    service.recover()
     port = bind(server, args.host, args.port)
     await server.start()
     if not is_loopback(args.host):
@@ -63,7 +64,7 @@ async def serve(args: argparse.Namespace) -> None:
             await asyncio.sleep(interval)
             for died in state.tick(time.time()):
                 log.warning("node %s declared dead: %s", died.node_id.hex()[:8], died.reason)
-                service.actors.node_died(died.node_id, died.reason)
+                service.node_died(died.node_id, died.reason)
 
     ticker = asyncio.create_task(liveness())
     drivers = asyncio.create_task(service.watch_drivers())

@@ -29,7 +29,13 @@ PENDING, CREATED, REMOVED = pb.PlacementGroupInfo.PENDING, pb.PlacementGroupInfo
 class PlacementGroupManager:
     """All placement groups of the cluster."""
 
-    def __init__(self, state: HeadState, channels: Channels) -> None:
+    def __init__(
+        self,
+        state: HeadState,
+        channels: Channels,
+        persist: Any = None,
+    ) -> None:
+        self.persist = persist
         self.state = state
         self.channels = channels
         self.groups: dict[bytes, pb.PlacementGroupInfo] = {}
@@ -45,8 +51,22 @@ class PlacementGroupManager:
         if self.task is not None:
             self.task.cancel()
 
+    def recover(self, groups: list[pb.PlacementGroupInfo]) -> None:
+        """After a head restart: created groups stay reserved; pending ones are placed again."""
+        for pg in groups:
+            pg.version += 1
+            self.groups[pg.pg_id] = pg
+            if pg.name and pg.state != REMOVED:
+                self.names[(pg.namespace, pg.name)] = pg.pg_id
+        self.wake.set()
+
     def _changed(self, pg: pb.PlacementGroupInfo) -> None:
         pg.version += 1
+        if self.persist is not None:
+            try:
+                self.persist(pg)
+            except Exception:  # noqa: BLE001 - persistence must not stop the head
+                log.exception("could not persist placement group")
         for fut in self.waiters.pop(pg.pg_id, []):
             if not fut.done():
                 fut.set_result(None)
@@ -67,8 +87,9 @@ class PlacementGroupManager:
                 )
             self.names[key] = pg.pg_id
         pg.state = PENDING
-        pg.version = 1
+        pg.version = 0
         self.groups[pg.pg_id] = pg
+        self._changed(pg)
         self.wake.set()
         return pg
 

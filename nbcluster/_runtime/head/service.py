@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -26,6 +28,9 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (ns TEXT, key BLOB, value BLOB, PRIMARY KEY (ns, key));
 CREATE TABLE IF NOT EXISTS functions (id BLOB PRIMARY KEY, name TEXT, payload BLOB);
 CREATE TABLE IF NOT EXISTS jobs (id BLOB PRIMARY KEY, info BLOB);
+CREATE TABLE IF NOT EXISTS actors (id BLOB PRIMARY KEY, info BLOB, spec BLOB, extra TEXT);
+CREATE TABLE IF NOT EXISTS placement_groups (id BLOB PRIMARY KEY, info BLOB);
+CREATE TABLE IF NOT EXISTS dead_nodes (id BLOB PRIMARY KEY, reason TEXT);
 """
 
 
@@ -61,6 +66,41 @@ class HeadStore:
         self.db.execute(
             "INSERT OR REPLACE INTO jobs VALUES (?, ?)", (job.job_id, _job_info(job).SerializeToString())
         )
+
+    def put_actor(self, rec: Any) -> None:
+        from nbcluster._runtime.head.actor_service import actor_info
+
+        extra = json.dumps(
+            {
+                "resources": rec.resources,
+                "preferred_node": rec.preferred_node,
+                "strategy": rec.strategy,
+                "node_address": rec.node_address,
+                "lease_id": rec.lease_id.hex(),
+            }
+        )
+        self.db.execute(
+            "INSERT OR REPLACE INTO actors VALUES (?, ?, ?, ?)",
+            (rec.actor_id, actor_info(rec).SerializeToString(), rec.spec.SerializeToString(), extra),
+        )
+
+    def load_actors(self) -> list[tuple[pb.ActorInfo, pb.TaskSpec, dict[str, Any]]]:
+        out = []
+        for _aid, info, spec, extra in self.db.execute("SELECT id, info, spec, extra FROM actors"):
+            out.append((pb.ActorInfo.FromString(info), pb.TaskSpec.FromString(spec), json.loads(extra)))
+        return out
+
+    def put_pg(self, pg: pb.PlacementGroupInfo) -> None:
+        self.db.execute("INSERT OR REPLACE INTO placement_groups VALUES (?, ?)", (pg.pg_id, pg.SerializeToString()))
+
+    def load_pgs(self) -> list[pb.PlacementGroupInfo]:
+        return [pb.PlacementGroupInfo.FromString(b) for (b,) in self.db.execute("SELECT info FROM placement_groups")]
+
+    def put_dead_node(self, node_id: bytes, reason: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO dead_nodes VALUES (?, ?)", (node_id, reason))
+
+    def load_dead_nodes(self) -> dict[bytes, str]:
+        return {bytes(i): r for i, r in self.db.execute("SELECT id, reason FROM dead_nodes")}
 
     def close(self) -> None:
         self.db.close()
@@ -139,14 +179,19 @@ class HeadService(pb_grpc.HeadServicer):
         self.clock = clock
         self.start_time = clock()
         self.channels = Channels(token, 512 * 2**20)
-        self.actors = ActorManager(state, self.channels, clock)
-        self.placement = PlacementGroupManager(state, self.channels)
+        self.actors = ActorManager(state, self.channels, clock, persist=store.put_actor)
+        self.placement = PlacementGroupManager(state, self.channels, persist=store.put_pg)
+        self.dead_nodes = store.load_dead_nodes()
 
     # -- nodes --------------------------------------------------------------------------
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext):
         n = request.node
         if len(n.node_id) != 16:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id must be 16 bytes")
+        if n.node_id in self.dead_nodes:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, "this node id was declared dead; register under a new id"
+            )
         now = self.clock()
         self.state.register_node(
             NodeRecord(
@@ -179,14 +224,26 @@ class HeadService(pb_grpc.HeadServicer):
         )
         if not ok:
             known = self.state.nodes.get(request.node_id)
-            return pb.HeartbeatReply(reregister=True, fenced=known is not None and not known.alive)
+            fenced = (known is not None and not known.alive) or request.node_id in self.dead_nodes
+            return pb.HeartbeatReply(reregister=True, fenced=fenced)
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
         died = self.state.unregister_node(request.node_id, request.reason or "node left the cluster")
         if died is not None:
-            self.actors.node_died(died.node_id, died.reason)
+            self.node_died(died.node_id, died.reason)
         return pb.Empty()
+
+    def node_died(self, node_id: bytes, reason: str) -> None:
+        """Record a dead node (so it is fenced if it comes back) and restart its actors."""
+        self.dead_nodes[node_id] = reason
+        self.store.put_dead_node(node_id, reason)
+        self.actors.node_died(node_id, reason)
+
+    def recover(self) -> None:
+        """After a restart: bring back actors and placement groups from SQLite."""
+        self.actors.recover(self.store.load_actors())
+        self.placement.recover(self.store.load_pgs())
 
     async def GetNodes(self, request: pb.GetNodesRequest, context: grpc.aio.ServicerContext):
         nodes = self.state.nodes.values() if request.include_dead else self.state.live_nodes()

@@ -148,6 +148,10 @@ def make_channel(address: str, token: str, *, max_message_bytes: int = 512 * 2**
         options=[
             *_message_options(max_message_bytes),
             ("grpc.enable_http_proxy", 0),
+            # Reconnect quickly after a peer restarts (the default backoff grows to 2 minutes).
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
         ],
     )
 

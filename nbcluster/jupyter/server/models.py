@@ -82,15 +82,14 @@ class ClusterListModel(TypedDict):
 class LoadModel(TypedDict):
     """``GET /nbcluster/api/clusters/<id>/load``: the cluster's load right now.
 
-    ``source`` says where the numbers come from: ``"head"`` (read from the cluster's head),
-    ``"local"`` (only what this server knows without asking the head: nodes and CPU
-    totals), or ``"none"`` (nothing known, e.g. an added address without a token here).
-    Unknown numbers are None.
+    ``source`` is ``"head"`` when the numbers were read from the cluster's head, and
+    ``"none"`` for a cluster this server does not ask (an address the user added). Numbers
+    the head does not report are None.
     """
 
     cluster_id: str
     address: str
-    source: Literal["head", "local", "none"]
+    source: Literal["head", "none"]
     nodes: int | None
     cpu_used: float | None
     cpu_total: float | None

@@ -2,12 +2,9 @@
 
 The server extension must not call ``nbcluster.init()`` for every cluster it shows (a
 driver registers a job, owns objects and keeps streams open). It reads the load with
-``nbcluster.state.cluster_status(address, token_file)``, a public read-only call that
-asks the head once and returns a :class:`HeadStatus`.
-
-Until nbcluster has that function, :func:`read_load` falls back to what this server
-knows without asking the head: the number of live node managers and, for clusters it
-started, their CPU total. Such loads say ``source="local"`` and leave the rest None.
+:func:`nbcluster.state.cluster_status`, a public read-only call that asks the head once
+over a blocking channel and returns a :class:`HeadStatus`. Clusters known only by an
+address the user added are never contacted: their load is :func:`unknown_load`.
 """
 
 from __future__ import annotations
@@ -19,7 +16,14 @@ from typing import Any, NotRequired, TypedDict
 
 from nbcluster.jupyter.server.models import LoadModel
 
-__all__ = ["HeadStatus", "NodeStatus", "StatusReader", "head_status_reader", "load_from_status", "local_load", "read_load"]
+__all__ = [
+    "HeadStatus",
+    "NodeStatus",
+    "StatusReader",
+    "load_from_status",
+    "unknown_load",
+    "read_load",
+]
 
 
 class NodeStatus(TypedDict):
@@ -28,7 +32,7 @@ class NodeStatus(TypedDict):
     node_id: str
     name: str
     address: str
-    alive: bool
+    alive: NotRequired[bool]
     total: dict[str, float]
     available: dict[str, float]
     store_used: int
@@ -39,26 +43,22 @@ class HeadStatus(TypedDict):
     """What ``nbcluster.state.cluster_status(address, token_file)`` returns."""
 
     address: str
+    session_dir: str
     nodes: list[NodeStatus]
     #: Resources of the live nodes, summed (``{"CPU": 4.0, "GPU": 0.0, ...}``).
     total: dict[str, float]
     available: dict[str, float]
     store_used: int
     store_capacity: int
-    #: Lease requests waiting for resources (tasks queued).
-    pending_leases: int
-    #: Tasks executing right now, when the head knows it.
+    num_workers: int
+    actors: int
+    #: Lease requests waiting for resources (tasks queued), when the head reports it.
+    pending_leases: NotRequired[int]
+    #: Tasks executing right now, when the head reports it.
     running_tasks: NotRequired[int]
 
 
 StatusReader = Callable[[str, "str | os.PathLike[str]"], Mapping[str, Any]]
-
-
-def head_status_reader() -> StatusReader | None:
-    """``nbcluster.state.cluster_status`` when this nbcluster has it, else None."""
-    from nbcluster import state  # imports the wire layer: only when a load is asked for
-
-    return getattr(state, "cluster_status", None)
 
 
 def _num(value: Any) -> float | None:
@@ -69,31 +69,19 @@ def _whole(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def load_from_status(cluster_id: str, status: Mapping[str, Any], now: float | None = None) -> LoadModel:
+def load_from_status(
+    cluster_id: str, status: Mapping[str, Any], now: float | None = None
+) -> LoadModel:
     """Turn a :class:`HeadStatus` into the :class:`LoadModel` the lab extension shows."""
     nodes = [n for n in status.get("nodes", []) if n.get("alive", True)]
     total: Mapping[str, Any] = status.get("total") or {}
     available: Mapping[str, Any] = status.get("available") or {}
-    if not total and nodes:  # older shape: only per-node numbers
-        summed_total: dict[str, float] = {}
-        summed_avail: dict[str, float] = {}
-        for n in nodes:
-            for k, v in n.get("total", {}).items():
-                summed_total[k] = summed_total.get(k, 0.0) + float(v)
-            for k, v in n.get("available", {}).items():
-                summed_avail[k] = summed_avail.get(k, 0.0) + float(v)
-        total, available = summed_total, summed_avail
 
     def used(resource: str) -> float | None:
         t = _num(total.get(resource, 0.0))
         a = _num(available.get(resource, t))
         return None if t is None or a is None else max(0.0, t - a)
 
-    store_used = _whole(status.get("store_used"))
-    store_capacity = _whole(status.get("store_capacity"))
-    if store_used is None and nodes:
-        store_used = sum(int(n.get("store_used", 0)) for n in nodes)
-        store_capacity = sum(int(n.get("store_capacity", 0)) for n in nodes)
     return LoadModel(
         cluster_id=cluster_id,
         address=str(status.get("address", "")),
@@ -103,26 +91,23 @@ def load_from_status(cluster_id: str, status: Mapping[str, Any], now: float | No
         cpu_total=_num(total.get("CPU", 0.0)),
         gpu_used=used("GPU"),
         gpu_total=_num(total.get("GPU", 0.0)),
-        store_used=store_used,
-        store_capacity=store_capacity,
+        store_used=_whole(status.get("store_used")),
+        store_capacity=_whole(status.get("store_capacity")),
         tasks_running=_whole(status.get("running_tasks")),
         tasks_queued=_whole(status.get("pending_leases")),
         time=time.time() if now is None else now,
     )
 
 
-def local_load(
-    cluster_id: str, address: str, nodes: int | None, cpus_per_node: int | None
-) -> LoadModel:
-    """The load as far as this server knows it without asking the head."""
-    known = nodes is not None
+def unknown_load(cluster_id: str, address: str) -> LoadModel:
+    """The load of a cluster this server may not ask (an added address): all None."""
     return LoadModel(
         cluster_id=cluster_id,
         address=address,
-        source="local" if known else "none",
-        nodes=nodes,
+        source="none",
+        nodes=None,
         cpu_used=None,
-        cpu_total=float(nodes * cpus_per_node) if known and cpus_per_node is not None else None,
+        cpu_total=None,
         gpu_used=None,
         gpu_total=None,
         store_used=None,
@@ -138,16 +123,15 @@ def read_load(
     address: str,
     token_file: str | os.PathLike[str],
     *,
-    nodes: int | None,
-    cpus_per_node: int | None,
     reader: StatusReader | None = None,
 ) -> LoadModel:
-    """Ask the head at ``address`` for its load (blocking; run it off the event loop).
+    """Ask the head at ``address`` for its load (blocking: run it off the event loop).
 
-    ``reader`` defaults to :func:`head_status_reader`; without one, the load is
-    :func:`local_load`. Errors of the reader (head gone, refused) propagate.
+    ``reader`` defaults to :func:`nbcluster.state.cluster_status`; its errors (the head
+    is gone or refuses the token) propagate.
     """
-    reader = reader if reader is not None else head_status_reader()
     if reader is None:
-        return local_load(cluster_id, address, nodes, cpus_per_node)
-    return load_from_status(cluster_id, reader(address, token_file))
+        from nbcluster.state import cluster_status  # the wire layer: only when asked
+
+        reader = cluster_status
+    return load_from_status(cluster_id, reader(address, os.fspath(token_file)))
