@@ -72,6 +72,12 @@ class Config:
     """Level of nbcluster's own loggers: DEBUG, INFO, WARNING, ERROR or CRITICAL."""
     task_events_capacity: int = 100_000
     """Task events the head keeps for the timeline (a ring; the oldest are dropped)."""
+    memory_usage_threshold: float = 0.95
+    """The node's memory monitor kills the newest retriable task above this fraction of RAM."""
+    memory_monitor_interval_s: float = 0.25
+    """How often the memory monitor checks (0 turns it off)."""
+    task_oom_retries: int = 3
+    """Retries of a task killed by the memory monitor (separate from max_retries; -1: forever)."""
 
     # Fields that must be > 0 (all other numbers must be >= 0).
     _POSITIVE: ClassVar[frozenset[str]] = frozenset(

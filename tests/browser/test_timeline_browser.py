@@ -60,6 +60,11 @@ BAR_COUNT_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
     .flatMap(el => el.data || [])
     .filter(t => t.type === 'bar')
     .reduce((n, t) => n + (t.x ? t.x.length : 0), 0)"""
+KERNEL_IDLE_JS = """() => {
+    const w = window.jupyterapp.shell.currentWidget;
+    const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    return !!k && k.status === 'idle';
+}"""
 TRACE_NAMES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
     .flatMap(el => el.data || []).map(t => t.name)"""
 
@@ -138,21 +143,6 @@ def wait_for_server(proc: subprocess.Popen[bytes], port: int, log: Path) -> None
     raise AssertionError(f"jupyter lab did not answer within {DEADLINE_S}s:\n{log.read_text()}")
 
 
-def start_session(port: int, notebook: str) -> None:
-    """Start the notebook's kernel through the REST API, so the page opens no kernel dialog."""
-    body = json.dumps(
-        {"path": notebook, "name": notebook, "type": "notebook", "kernel": {"name": "python3"}}
-    ).encode()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/sessions",
-        data=body,
-        method="POST",
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=DEADLINE_S) as r:
-        assert r.status == 201, r.status
-
-
 def stop_lab(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the server's PID (it shuts its kernels down), SIGKILL if it hangs."""
     if proc.poll() is None:
@@ -182,7 +172,6 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
     page: Any = None
     try:
         wait_for_server(proc, port, tmp_path / "lab.log")
-        start_session(port, "widgets.ipynb")
         with sync_playwright() as pw:
             browser = pw.chromium.launch(
                 executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
@@ -194,23 +183,15 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
                     "console",
                     lambda m: console_errors.append(m.text) if m.type == "error" else None,
                 )
-                page.goto(
-                    f"http://127.0.0.1:{port}/lab/tree/widgets.ipynb?token={TOKEN}",
-                    timeout=DEADLINE_S * 1000,
+                page.goto(f"http://127.0.0.1:{port}/lab?token={TOKEN}", timeout=DEADLINE_S * 1000)
+                page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell")
+                page.wait_for_selector(".jp-Launcher", timeout=DEADLINE_S * 1000)
+                # Open with an explicit kernel, so JupyterLab asks nothing.
+                page.evaluate(
+                    """() => window.jupyterapp.commands.execute('docmanager:open', {
+                        path: 'widgets.ipynb', factory: 'Notebook', kernel: {name: 'python3'}}).then(() => true)"""
                 )
-                page.wait_for_selector(
-                    ".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                    timeout=DEADLINE_S * 1000,
-                )
-                page.wait_for_selector(".jp-Notebook", timeout=DEADLINE_S * 1000)
-                # The kernel is the session's; accept a kernel dialog should one still appear.
-                dialog = page.locator(".jp-Dialog .jp-mod-accept")
-                if dialog.count():
-                    dialog.click()
-                page.wait_for_selector(
-                    ".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                    timeout=DEADLINE_S * 1000,
-                )
+                page.wait_for_function(KERNEL_IDLE_JS, timeout=DEADLINE_S * 1000)
                 # Do not await the command's promise: it settles only when every cell ran.
                 page.evaluate(
                     "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 import nbcluster
-from nbcluster.dag import InputNode, MultiOutputNode
+from nbcluster.dag import ClassMethodNode, InputNode, MultiOutputNode
 from nbcluster.exceptions import TaskError
 
 pytestmark = pytest.mark.integration
@@ -216,6 +216,11 @@ def test_calls_on_a_live_handle(shared_cluster):
         inc = handle.inc.bind(inp)
         dag = MultiOutputNode([inc, handle.get.bind()])
 
+    assert isinstance(inc, ClassMethodNode)
+    graph = dag.to_dict()
+    assert [n["actor"] for n in graph["nodes"] if "actor" in n] == [handle.actor_id] * 2
+    assert [e["kind"] for e in graph["edges"]].count("order") == 1
+    assert f"actor({handle.actor_id[:8]}).inc({inp.get_id()})" in str(dag._repr_mimebundle_())
     assert nbcluster.get(dag.execute(2)) == [2, 2]
     assert nbcluster.get(dag.execute(3)) == [5, 5]  # the same actor, every execute
     assert nbcluster.get(handle.get.remote()) == 5

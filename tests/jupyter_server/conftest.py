@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from pytest_jupyter.jupyter_core import (  # noqa: F401 - fixtures and hooks used by pytest
+    echo_kernel_spec,
     jp_asyncio_loop,
     jp_config_dir,
     jp_data_dir,

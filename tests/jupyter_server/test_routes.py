@@ -103,9 +103,13 @@ with warnings.catch_warnings(record=True) as records:
     warnings.simplefilter("always")
     app.initialize(argv=[], find_extensions=False, new_httpserver=False)
 bad = [str(r.message) for r in records if issubclass(r.category, JupyterServerAuthWarning)]
-routes = [r for r in app.web_app.wildcard_router.rules
-          if "nbcluster/api" in str(getattr(r.matcher, "regex", "").pattern)]
-print(len(routes))
+def walk(router):
+    for rule in getattr(router, "rules", []):
+        regex = getattr(rule.matcher, "regex", None)
+        if regex is not None and "/nbcluster/api/" in regex.pattern:
+            yield regex.pattern
+        yield from walk(rule.target)
+print(len(set(walk(app.web_app.default_router))))
 sys.exit("\\n".join(bad) if bad else 0)
 """
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path), "JUPYTER_RUNTIME_DIR": str(tmp_path)}

@@ -153,20 +153,6 @@ def test_calls_bound_on_a_class_node_are_part_of_its_dag_in_bind_order():
     assert order == [(first.get_id(), unused.get_id()), (unused.get_id(), last.get_id())]
 
 
-def test_live_handle_bind_needs_no_class_node():
-    # An ActorMethod can only come from a live handle; build one without a cluster.
-    from nbcluster._actor import ActorHandle
-
-    meta = {"class_name": "Counter", "methods": {"inc": {"num_returns": 1, "is_async": False}}}
-    handle = ActorHandle._new(b"\x01" * 16, meta, None, owned=False)
-    node = handle.inc.bind(3)
-
-    assert isinstance(node, ClassMethodNode)
-    assert node.get_args() == (3,)
-    assert node.to_dict()["nodes"][0]["actor"] == handle.actor_id
-    assert "actor(01010101).inc(3)" in node._repr_mimebundle_()["text/plain"]
-
-
 # ------------------------------------------------------------------------------ InputNode
 
 

@@ -59,6 +59,7 @@ class TaskRecord:
         "actor",
         "route",
         "locality",
+        "oom_retries_left",
     )
 
     def __init__(self) -> None:
@@ -71,6 +72,7 @@ class TaskRecord:
         self.actor = False  # an actor call: ordered by the actor submitter, not leased
         self.route: tuple[Any, ...] | None = None  # how its strategy picks nodes
         self.locality = ""  # node manager holding most of its argument bytes
+        self.oom_retries_left: int | None = None  # separate budget for memory-monitor kills
 
 
 class KeyQueue:
@@ -517,23 +519,12 @@ class Submitter:
         self._return(lease, failed=True)
         if self.closed:
             return
-        retry, fail = [], []
-        for rec in inflight:
-            if rec.cancelled:
-                self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
-            elif rec.retries_left != 0:
-                rec.retries_left -= 1
-                rec.spec.attempt += 1
-                retry.append(rec)
-            else:
-                fail.append(rec)
-        for rec in reversed(retry):
-            lease.kq.queue.appendleft(rec)
-        if fail:
-            self.client.loop.create_task(self._fail_crashed(lease, fail))
+        if inflight:
+            self.client.loop.create_task(self._after_crash(lease, inflight))
         self._pump(lease.kq)
 
-    async def _fail_crashed(self, lease: Lease, recs: list[TaskRecord]) -> None:
+    async def _after_crash(self, lease: Lease, recs: list[TaskRecord]) -> None:
+        """Retry or fail the tasks a dead worker was running, knowing why it died."""
         detail = f"worker (pid {lease.worker_pid}) died"
         with contextlib.suppress(RpcError):
             info = await self.client.node(lease.node_address).GetWorkerExitInfo(
@@ -541,7 +532,35 @@ class Submitter:
             )
             if info.found and info.detail:
                 detail = info.detail
+        oom = "memory monitor" in detail
+        retry = []
         for rec in recs:
+            if rec.done:
+                continue
+            if rec.cancelled:
+                self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+                continue
+            if oom:
+                if rec.oom_retries_left is None:
+                    rec.oom_retries_left = self.client.config.task_oom_retries
+                if rec.oom_retries_left != 0:
+                    rec.oom_retries_left -= 1
+                    rec.spec.attempt += 1
+                    retry.append(rec)
+                    continue
+                self._fail(
+                    rec,
+                    exc.OutOfMemoryError(
+                        f"task {rec.name} failed: its {detail} (attempts: {rec.spec.attempt + 1}). "
+                        "Use less memory per task, lower the parallelism (num_cpus/memory), or add memory."
+                    ),
+                )
+                continue
+            if rec.retries_left != 0:
+                rec.retries_left -= 1
+                rec.spec.attempt += 1
+                retry.append(rec)
+                continue
             self._fail(
                 rec,
                 exc.WorkerCrashedError(
@@ -549,6 +568,10 @@ class Submitter:
                     f"(attempts: {rec.spec.attempt + 1}). Raise max_retries to retry on crashes."
                 ),
             )
+        if retry and not self.closed:
+            for rec in reversed(retry):
+                lease.kq.queue.appendleft(rec)
+            self._pump(lease.kq)
 
     # -- results -----------------------------------------------------------------------------
     def _on_reply(self, lease: Lease, reply: pb.TaskReply) -> None:

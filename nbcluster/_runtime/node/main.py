@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
-from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses
+from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
 from nbcluster._runtime.objects import store as objstore
@@ -127,9 +127,16 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     if args.parent_fd >= 0:
         proc.watch_parent(loop, args.parent_fd, stop.set)
     heartbeat = asyncio.create_task(link.run())
+    monitor = None
+    if config.memory_monitor_interval_s > 0:
+        monitor = asyncio.create_task(
+            memory_monitor(service, config.memory_usage_threshold, config.memory_monitor_interval_s)
+        )
     log.info("node %s serving on %s with %s", node_id.hex()[:8], address, resources)
     await stop.wait()
     heartbeat.cancel()
+    if monitor is not None:
+        monitor.cancel()
     await service.workers.stop_all()
     await link.unregister()
     await server.stop(grace=0.2)

@@ -57,6 +57,7 @@ class WorkerProcesses:
         self.kill_on_start: dict[bytes, bool] = {}
         self.exit_info: dict[bytes, tuple[int, str]] = {}
         self.exited = asyncio.Event()
+        self.oom_details: dict[bytes, str] = {}
         os.set_blocking(zygote.ev_r, False)
         asyncio.get_running_loop().add_reader(zygote.ev_r, self._on_events)
 
@@ -92,6 +93,8 @@ class WorkerProcesses:
                     except ValueError:
                         name = f"signal {-code}"
                     detail = f"worker process (pid {pid}) was killed by {name}"
+                    if wid in self.oom_details:
+                        detail = f"worker process (pid {pid}) was {self.oom_details.pop(wid)}"
                 else:
                     detail = f"worker process (pid {pid}) exited with code {code}"
                 self.exit_info[wid] = (code, detail)
@@ -164,6 +167,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.head_stub: AuthedStub | None = None
         self.channels: Channels | None = None
         self.fetches: dict[bytes, asyncio.Task[pb.ObjectInfoReply]] = {}
+        self.oom_killed: set[bytes] = set()
         self.fetched_bytes = 0
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
 
@@ -496,6 +500,58 @@ class _NoContext:
 
     async def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise OSError(f"{code.name}: {details}")
+
+
+def memory_fraction() -> float:
+    """Fraction of this machine's (or cgroup's) memory in use."""
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()  # noqa: SIM115
+        if limit != "max":
+            current = int(open("/sys/fs/cgroup/memory.current").read())  # noqa: SIM115
+            stat = dict(
+                line.split() for line in open("/sys/fs/cgroup/memory.stat")  # noqa: SIM115
+            )
+            reclaimable = int(stat.get("inactive_file", 0))
+            return max(0, current - reclaimable) / int(limit)
+    except (OSError, ValueError):
+        pass
+    info: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            info[key] = int(rest.split()[0])
+    total = info.get("MemTotal", 1)
+    return 1.0 - info.get("MemAvailable", total) / total
+
+
+async def memory_monitor(service: NodeService, threshold: float, interval: float,
+                         measure: Callable[[], float] = memory_fraction) -> None:
+    """Kill the newest retriable task's worker while memory use is over ``threshold``.
+
+    Actors and idle workers are never chosen; the driver (a notebook kernel) is not a
+    worker of this node, so it is never the one killed.
+    """
+    while True:
+        await asyncio.sleep(interval)
+        used = measure()
+        if used < threshold:
+            continue
+        st = service.state
+        victims = [
+            lease for lease in st.leases.values()
+            if not lease.owner.startswith("head-actor:") and lease.worker_id not in service.oom_killed
+        ]
+        if not victims or service.workers is None:
+            continue
+        lease = victims[-1]  # the newest lease
+        service.oom_killed.add(lease.worker_id)
+        detail = (
+            f"killed by the memory monitor: node memory at {used:.0%} "
+            f"(threshold {threshold:.0%}); the newest retriable task was chosen"
+        )
+        service.workers.oom_details[lease.worker_id] = detail
+        log.warning("%s (worker %s)", detail, lease.worker_id.hex()[:8])
+        service.workers.kill(lease.worker_id, force=True)
 
 
 class HeadLink:
