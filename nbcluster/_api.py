@@ -191,7 +191,9 @@ def _connect(config: Config, head_address: str, token: str, namespace: str) -> C
 
 
 async def _attach(client: CoreClient) -> None:
-    head = client.head_once()
+    from nbcluster._runtime.protocol.rpc import RetryingStub
+
+    head = RetryingStub(client.head_once(), budget_s=5.0)  # a short grace: a wrong address fails fast
     try:
         info = await head.GetClusterInfo(pb.Empty(), timeout=10)
         me = socket.gethostname()
@@ -206,7 +208,7 @@ async def _attach(client: CoreClient) -> None:
         client.node_id = node.node_id
         client.store_dir = node.store_dir
         client.session_dir = info.session_dir
-        await head.RegisterJob(
+        await client.head().RegisterJob(
             pb.RegisterJobRequest(
                 job=pb.JobInfo(
                     job_id=client.job_id,

@@ -211,7 +211,7 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
                 assert page.locator("text=Traceback").count() == 0
                 assert page.locator("text=Loading widget").count() == 0
                 assert page.locator(".js-plotly-plot .bars path").count() == N_TASKS
-                title = page.locator(".js-plotly-plot .gtitle").first.inner_text()
+                title = page.locator(".js-plotly-plot .gtitle").first.text_content() or ""
                 assert f"{N_TASKS} attempts" in title, title
                 widget_errors = [e for e in console_errors if "widget" in e.lower()]
                 assert not widget_errors, widget_errors

@@ -50,10 +50,10 @@ def _route_verbs() -> list[tuple[str, str]]:
 
 async def _fetch(jp_fetch: Any, *parts: str, **kwargs: Any) -> HTTPResponse:
     kwargs.setdefault("raise_error", False)
-    if kwargs.get("method") in ("POST", "PATCH", "PUT") and "body" not in kwargs:
-        kwargs["body"] = "{}"
-    if kwargs.get("method") == "DELETE":
-        kwargs.setdefault("allow_nonstandard_methods", True)
+    if kwargs.get("method") in ("POST", "PATCH", "PUT"):
+        kwargs.setdefault("body", "{}")
+    else:
+        kwargs.pop("body", None)
     return await jp_fetch(*parts, **kwargs)
 
 

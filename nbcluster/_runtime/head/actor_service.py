@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -204,6 +205,7 @@ class ActorManager:
             try:
                 reply = await self.channels.stub(address, "node").RequestWorkerLease(
                     pb.LeaseRequest(
+                        request_id=os.urandom(16),
                         resources=rec.resources,
                         owner_address=f"head-actor:{rec.actor_id.hex()}",
                         job_id=rec.job_id,

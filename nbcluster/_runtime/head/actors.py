@@ -85,6 +85,9 @@ class ActorTable:
 
     def register(self, rec: ActorRecord, get_if_exists: bool = False) -> tuple[ActorRecord, bool, list[ActorInstruction]]:
         """A new actor. Returns (record, existed, instructions)."""
+        same = self.actors.get(rec.actor_id)
+        if same is not None:  # a retried registration (its reply was lost)
+            return same, False, []
         if rec.name:
             key = (rec.namespace, rec.name)
             existing_id = self.names.get(key)

@@ -77,6 +77,8 @@ class PlacementGroupManager:
         pg.CopyFrom(request.pg)
         if not pg.bundles:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a placement group needs at least one bundle")
+        if pg.pg_id in self.groups:  # a retried request
+            return self.groups[pg.pg_id]
         if pg.name:
             key = (pg.namespace, pg.name)
             old = self.names.get(key)

@@ -168,6 +168,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.channels: Channels | None = None
         self.fetches: dict[bytes, asyncio.Task[pb.ObjectInfoReply]] = {}
         self.oom_killed: set[bytes] = set()
+        self.granted: dict[bytes, pb.LeaseReply] = {}
         self.fetched_bytes = 0
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
 
@@ -191,6 +192,10 @@ class NodeService(pb_grpc.NodeManagerServicer):
                     self.apply(self.state.return_lease(ins.lease.lease_id))
                 else:
                     fut.set_result(reply)
+                    self.granted[ins.request_id] = reply
+                    if len(self.granted) > 4096:  # forget the oldest answers
+                        for rid in list(self.granted)[:1024]:
+                            del self.granted[rid]
             elif isinstance(ins, Redirect):
                 fut = self.waiters.pop(ins.request_id, None)
                 if fut is not None and not fut.done():
@@ -239,6 +244,13 @@ class NodeService(pb_grpc.NodeManagerServicer):
     # -- leases ------------------------------------------------------------------------------
     async def RequestWorkerLease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext):
         rid = request.request_id or os.urandom(16)
+        # A retried request (its reply was lost) gets the same answer, not a second lease.
+        granted = self.granted.get(rid)
+        if granted is not None and granted.lease_id in self.state.leases:
+            return granted
+        existing = self.waiters.get(rid)
+        if existing is not None:
+            return await asyncio.shield(existing)
         fut: asyncio.Future[pb.LeaseReply] = asyncio.get_running_loop().create_future()
         self.waiters[rid] = fut
         self.apply(
@@ -565,8 +577,19 @@ class HeadLink:
         self.channel = make_channel(service.head_address, token)
         self.stub = AuthedStub(pb_grpc.HeadStub(self.channel), token)
 
-    async def register(self) -> None:
-        await self.stub.RegisterNode(pb.RegisterNodeRequest(node=self.info), timeout=10)
+    async def register(self, budget_s: float = 30.0) -> None:
+        """Register with the head, retrying while it is unreachable (it may be starting)."""
+        deadline = time.monotonic() + budget_s
+        delay = 0.02
+        while True:
+            try:
+                await self.stub.RegisterNode(pb.RegisterNodeRequest(node=self.info), timeout=10)
+                return
+            except RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def run(self) -> None:
         st = self.service.state

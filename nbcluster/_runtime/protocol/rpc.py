@@ -81,6 +81,60 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         return _refusing_handler(handler, code)
 
 
+class FaultInjector(grpc.aio.ServerInterceptor):
+    """Testing only: drop requests or replies of unary methods at random.
+
+    Turned on by ``NBCLUSTER_TESTING_RPC_FAILURE="Method=req:reply,..."`` (probabilities;
+    ``*`` matches every method), e.g. ``"RequestWorkerLease=0.3:0.3,CreateActor=0:0.5"``.
+    A dropped request never reaches the servicer; a dropped reply is computed (the side
+    effect happens) and then lost. Both surface as UNAVAILABLE, like a network fault.
+    """
+
+    def __init__(self, spec: str, seed: int | None = None) -> None:
+        import random
+
+        self.rules: dict[str, tuple[float, float]] = {}
+        for part in spec.split(","):
+            if "=" not in part:
+                continue
+            name, _, probs = part.partition("=")
+            req, _, rep = probs.partition(":")
+            self.rules[name.strip()] = (float(req or 0), float(rep or 0))
+        self.random = random.Random(seed)
+        self.injected = 0
+
+    def _rule(self, method: str) -> tuple[float, float] | None:
+        name = method.rsplit("/", 1)[-1]
+        return self.rules.get(name) or self.rules.get("*")
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        rule = self._rule(handler_call_details.method)
+        if handler is None or rule is None or handler.request_streaming or handler.response_streaming:
+            return handler
+        inner = handler.unary_unary
+        p_req, p_rep = rule
+        injector = self
+
+        async def faulty(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if injector.random.random() < p_req:
+                injector.injected += 1
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: request dropped")
+            reply = await inner(request, context)
+            if injector.random.random() < p_rep:
+                injector.injected += 1
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: reply dropped")
+            return reply
+
+        return grpc.unary_unary_rpc_method_handler(
+            faulty, handler.request_deserializer, handler.response_serializer
+        )
+
+
 def _refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode) -> grpc.RpcMethodHandler:
     detail = (
         "missing cluster token: pass it as 'authorization: Bearer <token>' metadata"
@@ -120,8 +174,14 @@ def make_server(token: str, *, max_message_bytes: int = 512 * 2**20) -> grpc.aio
     """A grpc.aio server that enforces the cluster token on every method."""
     if not token:
         raise ValueError("a cluster token is required to start a server")
+    import os
+
+    interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(token)]
+    faults = os.environ.get("NBCLUSTER_TESTING_RPC_FAILURE", "")
+    if faults:
+        interceptors.append(FaultInjector(faults))
     return grpc.aio.server(
-        interceptors=[TokenAuthInterceptor(token)],
+        interceptors=interceptors,
         options=[
             *_message_options(max_message_bytes),
             ("grpc.so_reuseport", 0),
@@ -195,6 +255,46 @@ class AuthedStub:
         return call
 
 
+_STREAMING = frozenset({"PushTasks", "ReadObject"})
+
+
+class RetryingStub:
+    """Unary calls that retry UNAVAILABLE for ``budget_s`` seconds (same request each time).
+
+    Every retried method is idempotent on the server (leases are keyed by request id,
+    objects and bundles by id), so a lost reply followed by a retry has one effect.
+    """
+
+    def __init__(self, stub: AuthedStub, budget_s: float) -> None:
+        self._stub = stub
+        self._budget = budget_s
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        if name in _STREAMING:
+            self.__dict__[name] = method
+            return method
+        budget = self._budget
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            import asyncio
+            import time
+
+            deadline = time.monotonic() + budget
+            delay = 0.02
+            while True:
+                try:
+                    return await method(*args, **kwargs)
+                except grpc.aio.AioRpcError as err:
+                    if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+        self.__dict__[name] = call
+        return call
+
+
 class Channels:
     """One channel (and stubs) per peer address, created on first use on the loop."""
 
@@ -203,6 +303,7 @@ class Channels:
         self.max_message_bytes = max_message_bytes
         self._channels: dict[str, Any] = {}
         self._stubs: dict[tuple[str, str], AuthedStub] = {}
+        self.retry_budget_s = 3.0
 
     def stub(self, address: str, kind: str) -> AuthedStub:
         key = (address, kind)
@@ -218,6 +319,8 @@ class Channels:
                 "core": pb_grpc.CoreWorkerStub,
             }[kind](channel)
             stub = AuthedStub(raw, self.token)
+            if kind != "head":  # head calls have their own, longer, grace period
+                stub = RetryingStub(stub, self.retry_budget_s)  # type: ignore[assignment]
             self._stubs[key] = stub
         return stub
 

@@ -59,6 +59,7 @@ class WorkerService(CoreWorkerService):
     def __init__(self, client: CoreClient, executor: Executor) -> None:
         super().__init__(client)
         self.executor = executor
+        self.creating: dict[bytes, concurrent.futures.Future[pb.TaskReply]] = {}
 
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
         stream = _Stream(asyncio.get_running_loop())
@@ -117,8 +118,12 @@ class WorkerService(CoreWorkerService):
         return pb.Empty()
 
     async def CreateActor(self, request: pb.TaskSpec, context: Any) -> pb.TaskReply:
-        fut: concurrent.futures.Future[pb.TaskReply] = concurrent.futures.Future()
-        self.executor.queue.put(("create", request, fut))
+        # A retried creation (its reply was lost) must not run __init__ twice.
+        fut = self.creating.get(request.actor_id)
+        if fut is None:
+            fut = concurrent.futures.Future()
+            self.creating[request.actor_id] = fut
+            self.executor.queue.put(("create", request, fut))
         return await asyncio.wrap_future(fut)
 
     async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:

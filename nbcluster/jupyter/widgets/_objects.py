@@ -291,9 +291,7 @@ class ObjectStore(LiveWidget):
             ]
             for r in self.rows:
                 held = _names_text(r.names)
-                lines.append(
-                    f"  {format_bytes(r.size):>10}  {r.object_id}  {r.state:<7}  {held}"
-                )
+                lines.append(f"  {format_bytes(r.size):>10}  {r.object_id}  {r.state:<7}  {held}")
             return "\n".join(lines)
 
 

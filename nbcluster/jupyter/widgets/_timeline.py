@@ -84,6 +84,7 @@ class Timeline(LiveWidget):
                 margin={"l": 10, "r": 10, "t": 60, "b": 40},
                 xaxis={"title": {"text": "seconds since the first task"}, "zeroline": False},
                 yaxis={"type": "category", "automargin": True, "title": {"text": "worker"}},
+                showlegend=True,
                 legend={"title": {"text": "function"}},
                 hoverlabel={"align": "left"},
             )
