@@ -188,8 +188,10 @@ def test_timeline_renders_one_bar_per_task(tmp_path: Path) -> None:
                 page.wait_for_selector(".jp-Launcher", timeout=DEADLINE_S * 1000)
                 # Open with an explicit kernel, so JupyterLab asks nothing.
                 page.evaluate(
-                    """() => window.jupyterapp.commands.execute('docmanager:open', {
-                        path: 'widgets.ipynb', factory: 'Notebook', kernel: {name: 'python3'}}).then(() => true)"""
+                    """() => window.jupyterapp.commands
+                        .execute('docmanager:open', {
+                            path: 'widgets.ipynb', factory: 'Notebook', kernel: {name: 'python3'}})
+                        .then(() => true)"""
                 )
                 page.wait_for_function(KERNEL_IDLE_JS, timeout=DEADLINE_S * 1000)
                 # Do not await the command's promise: it settles only when every cell ran.

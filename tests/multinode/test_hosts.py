@@ -1,0 +1,173 @@
+"""A cluster on three "hosts" (network namespaces): join over the network, move objects,
+survive a hung node. Every process that talks to the cluster runs inside a namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.multinode.conftest import Hosts, python
+
+pytestmark = pytest.mark.multinode
+
+PORT = 7391
+
+
+def _wait_line(hosts: Hosts, p: subprocess.Popen[str], needle: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    lines = hosts.output[p.pid]
+    while time.monotonic() < deadline:
+        text = "".join(lines)
+        if needle in text:
+            return text
+        if p.poll() is not None:
+            time.sleep(0.2)
+            break
+        time.sleep(0.05)
+    text = "".join(lines)
+    raise AssertionError(f"{needle!r} not printed within {timeout}s (exit {p.poll()}): {text[-3000:]}")
+
+
+def _start_cluster(hosts: Hosts, tmp: Path) -> str:
+    head_addr = f"{hosts.addr(0)}:{PORT}"
+    head = hosts.spawn(
+        0,
+        [python(), "-m", "nbcluster.cli", "start", "--head", "--host", hosts.addr(0), "--port", str(PORT),
+         "--num-cpus", "1", "--block"],
+        hosts.env(0, tmp),
+    )
+    _wait_line(hosts, head, "nbcluster head started at")
+    for i in (1, 2):
+        node = hosts.spawn(
+            i,
+            [python(), "-m", "nbcluster.cli", "start", "--address", head_addr, "--node-name", f"host{i}",
+             "--host", hosts.addr(i), "--num-cpus", "1", "--block"],
+            hosts.env(i, tmp),
+        )
+        _wait_line(hosts, node, "nbcluster node joined")
+    return head_addr
+
+
+DRIVER = r"""
+import json, sys, numpy as np, nbcluster
+from nbcluster.util import NodeAffinitySchedulingStrategy as NA
+nbcluster.init(address=sys.argv[1])
+nodes = [n for n in nbcluster.nodes() if n["Alive"]]
+by_name = {n["NodeName"]: n["NodeID"] for n in nodes}
+
+@nbcluster.remote
+def where():
+    return nbcluster.get_runtime_context().get_node_id()
+
+@nbcluster.remote
+def make(n):
+    return np.arange(n, dtype=np.int64)
+
+@nbcluster.remote
+class Where:
+    def node(self):
+        return nbcluster.get_runtime_context().get_node_id()
+
+spread = sorted(set(nbcluster.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(9)])))
+arr = nbcluster.get(make.options(scheduling_strategy=NA(by_name["host2"])).remote(4_000_000))
+actor = Where.options(scheduling_strategy=NA(by_name["host2"]), num_cpus=0).remote()
+print(json.dumps({
+    "names": sorted(by_name),
+    "cpus": nbcluster.cluster_resources().get("CPU"),
+    "spread": spread,
+    "ids": sorted(by_name.values()),
+    "driver_node": nbcluster.get_runtime_context().get_node_id(),
+    "host1": by_name["host1"],
+    "transfer_ok": bool((arr == np.arange(4_000_000)).all()),
+    "actor_node_ok": nbcluster.get(actor.node.remote()) == by_name["host2"],
+}))
+nbcluster.shutdown()
+"""
+
+
+def test_three_hosts_run_tasks_actors_and_move_objects(hosts: Hosts, tmp_path: Path) -> None:
+    head_addr = _start_cluster(hosts, tmp_path)
+    r = hosts.run(1, [python(), "-c", DRIVER, head_addr], hosts.env(1, tmp_path), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(out["names"]) == 3 and {"host1", "host2"} <= set(out["names"])
+    assert out["cpus"] == 3.0  # resources add up across hosts
+    assert out["spread"] == out["ids"]  # SPREAD used every host
+    assert out["driver_node"] == out["host1"]  # the driver found its own host's node
+    assert out["transfer_ok"]  # made on host2, pulled to host1 in chunks, equal
+    assert out["actor_node_ok"]
+
+
+HANG_DRIVER = r"""
+import json, sys, time, nbcluster
+from nbcluster.util import NodeAffinitySchedulingStrategy as NA
+nbcluster.init(address=sys.argv[1])
+by_name = {n["NodeName"]: n["NodeID"] for n in nbcluster.nodes() if n["Alive"]}
+
+@nbcluster.remote(max_retries=3)
+def slow(path):
+    import os
+    open(path, "a").write(nbcluster.get_runtime_context().get_node_id() + "\n")
+    time.sleep(6)
+    return nbcluster.get_runtime_context().get_node_id()
+
+ref = slow.options(scheduling_strategy=NA(by_name["host2"], soft=True)).remote(sys.argv[2])
+print("SUBMITTED", flush=True)
+node = nbcluster.get(ref, timeout=90)
+print(json.dumps({"ran_on": node, "hung": by_name["host2"]}), flush=True)
+nbcluster.shutdown()
+"""
+
+
+def _node_manager_pid(cli_pid: int) -> int:
+    kids = [c for c in psutil.Process(cli_pid).children() if "nbcluster._runtime.node.main" in " ".join(c.cmdline())]
+    assert kids, "the node manager process of the joined node was not found"
+    return kids[0].pid
+
+
+def test_hung_node_is_declared_dead_its_task_reruns_elsewhere_and_it_is_fenced(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    head_addr = _start_cluster(hosts, tmp_path)
+    node2_cli = hosts.procs[2]
+    nm_pid = _node_manager_pid(node2_cli.pid)
+    trace = tmp_path / "attempts.txt"
+    drv = hosts.spawn(1, [python(), "-c", HANG_DRIVER, head_addr, str(trace)], hosts.env(1, tmp_path))
+    _wait_line(hosts, drv, "SUBMITTED")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (trace.exists() and trace.read_text().strip()):
+        time.sleep(0.05)
+    os.kill(nm_pid, signal.SIGSTOP)  # a hung node, not a dead one
+    try:
+        out = _wait_line(hosts, drv, '"ran_on"', timeout=120)
+    finally:
+        os.kill(nm_pid, signal.SIGCONT)
+    result = json.loads([line for line in out.splitlines() if '"ran_on"' in line][-1])
+    assert result["ran_on"] != result["hung"]  # retried on a live node
+    # After SIGCONT the hung node learns it was fenced and joins under a new id.
+    check = r"""
+import json, sys, time, nbcluster
+nbcluster.init(address=sys.argv[1])
+deadline = time.time() + 30
+while time.time() < deadline:
+    alive = [n for n in nbcluster.nodes() if n["Alive"]]
+    if len(alive) == 3:
+        break
+    time.sleep(0.2)
+print(json.dumps({"alive": [(n["NodeName"], n["NodeID"]) for n in nbcluster.nodes() if n["Alive"]],
+                  "dead": [n["NodeID"] for n in nbcluster.nodes() if not n["Alive"]]}))
+nbcluster.shutdown()
+"""
+    r = hosts.run(1, [python(), "-c", check, head_addr], hosts.env(1, tmp_path), timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    state = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["hung"] in state["dead"]
+    host2 = [nid for name, nid in state["alive"] if name == "host2"]
+    assert host2 and host2[0] != result["hung"]  # re-registered under a new id
