@@ -7,13 +7,20 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from tests.multinode.conftest import Hosts, python
+Hosts = Any  # the `hosts` fixture from conftest.py
+
+
+def python() -> str:
+    return sys.executable
+
 
 pytestmark = pytest.mark.multinode
 
