@@ -136,6 +136,8 @@ class ActorClass(Generic[C]):
         if check is not None:
             check()
         self._check_arity(args, kwargs)
+        if _api._is_client(client):
+            return client.create_actor(self._cls, opts, args, kwargs)  # type: ignore[no-any-return]
         fid = self._export(client)
         namespace = opts.namespace if opts.namespace is not None else client.namespace
         # Arguments: top-level refs are resolved now (waiting for them), like task arguments.
@@ -351,6 +353,8 @@ class ActorHandle:
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], num_returns: int) -> Any:
         client = self._client or context.require_client()
+        if getattr(client, "mode", "") == "client":
+            return client.actor_call(self, name, args, kwargs, num_returns)
         from nbcluster._remote import _explain_unserializable_args
 
         dep_refs: list[ObjectRef] = []
@@ -421,6 +425,8 @@ def _rebuild_handle(actor_id: bytes, meta: dict[str, Any]) -> ActorHandle:
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """A handle to the live actor named ``name`` (in ``namespace``, default: the job's)."""
     client = context.require_client()
+    if getattr(client, "mode", "") == "client":
+        return client.call("get_actor", (name, namespace))  # type: ignore[attr-defined, no-any-return]
     ns = namespace if namespace is not None else client.namespace
     try:
         info = client.run(
@@ -441,6 +447,9 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
     client = context.require_client()
+    if getattr(client, "mode", "") == "client":
+        client.call("kill", (actor._actor_id, actor._meta, no_restart))  # type: ignore[attr-defined]
+        return
     try:
         client.run(
             lambda: client.head().KillActor(

@@ -101,6 +101,8 @@ def init(
             raise TypeError(f"resources must be a dict of name -> amount, got {type(resources).__name__}")
         config = Config.from_env(**(_system_config or {}))
         address = address or os.environ.get("NBCLUSTER_ADDRESS") or None
+        if address is not None and address.startswith("nbcluster://"):
+            return _connect_client(address, config)
         cluster: LocalCluster | None = None
         if address is None:
             cluster = LocalCluster(
@@ -139,6 +141,31 @@ def init(
         return client.info  # type: ignore[attr-defined, no-any-return]
 
 
+def _connect_client(address: str, config: Config) -> ClusterInfo:
+    """Client mode: every call goes through the head to a proxy driver on the head's host."""
+    from nbcluster._runtime.proxy.client import ProxyClient
+
+    head_address, token, _ = _resolve_address(address, config)
+    client = ProxyClient(head_address, token, config.head_grace_period_s)
+    reply = client.connect()
+    client.info = ClusterInfo(  # type: ignore[assignment]
+        address=head_address,
+        session_dir=reply.get("session_dir", ""),
+        node_id=reply.get("node_id", ""),
+        job_id=reply.get("job_id", ""),
+        started_here=False,
+    )
+    client.node_id = bytes.fromhex(reply.get("node_id", ""))  # type: ignore[attr-defined]
+    client.job_id = bytes.fromhex(reply.get("job_id", ""))  # type: ignore[attr-defined]
+    client.worker_id = b""  # type: ignore[attr-defined]
+    context.set_client(client)  # type: ignore[arg-type]
+    return client.info  # type: ignore[return-value]
+
+
+def _is_client(client: Any) -> bool:
+    return getattr(client, "mode", "") == "client"
+
+
 def _check_resources_arg(value: Any, name: str) -> None:
     if value is None:
         return
@@ -147,6 +174,8 @@ def _check_resources_arg(value: Any, name: str) -> None:
 
 
 def _resolve_address(address: str, config: Config) -> tuple[str, str, str]:
+    if address.startswith("nbcluster://"):
+        address = address[len("nbcluster://") :]
     session = find_session(address, config.temp_dir)
     if address == "auto":
         if session is None:
@@ -256,6 +285,9 @@ def shutdown() -> None:
         if client is None:
             return
         context.set_client(None)
+        if _is_client(client):
+            client.stop()
+            return
         with contextlib.suppress(Exception):
             client.run(lambda: client.head_once().FinishJob(pb.JobRef(job_id=client.job_id), timeout=2), timeout=3)
         client.stop()
@@ -303,6 +335,9 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     refs, single = _as_ref_list(object_refs, "get")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
+    if _is_client(client):
+        values = client.get(refs, timeout)  # type: ignore[attr-defined]
+        return values[0] if single else values
     entries = client.ensure_tracked(refs)
     deadline = None if timeout is None else time.monotonic() + timeout
     _interruptible_wait(client, entries, len(entries), deadline)
@@ -344,6 +379,8 @@ def put(value: Any) -> ObjectRef:
             "or wrap it in a list if you need a ref to a ref"
         )
     client = _client_or_autoinit()
+    if _is_client(client):
+        return client.put(value)  # type: ignore[attr-defined, no-any-return]
     return _put_serialized(client, serialize(value))
 
 
@@ -378,6 +415,10 @@ def wait(
         )
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
+    if _is_client(client):
+        ready_ids = set(client.wait(refs, num_returns, timeout))  # type: ignore[attr-defined]
+        ready_refs = [r for r in refs if r.binary() in ready_ids][:num_returns]
+        return ready_refs, [r for r in refs if r not in ready_refs]
     entries = client.ensure_tracked(refs)
     deadline = None if timeout is None else time.monotonic() + timeout
     _interruptible_wait(client, entries, num_returns, deadline)
@@ -400,6 +441,9 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     client = context.require_client()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
+    if _is_client(client):
+        client.call("cancel", (object_ref, force))  # type: ignore[attr-defined]
+        return
     if object_ref.owner_address != client.address:
         raise ValueError("only the process that submitted a task can cancel it")
     client.submitter.cancel(object_ref.task_id(), force)
@@ -416,6 +460,9 @@ def _nodes_raw() -> list[Any]:
 
 def nodes() -> list[dict[str, Any]]:
     """Every node the cluster has known, alive or dead, with its resources."""
+    client = context.require_client()
+    if _is_client(client):
+        return client.call("nodes")  # type: ignore[attr-defined, no-any-return]
     out = []
     for n in _nodes_raw():
         host, _, port = n.address.rpartition(":")
@@ -438,6 +485,10 @@ def nodes() -> list[dict[str, Any]]:
 
 
 def _sum(kind: str) -> dict[str, float]:
+    client = context.require_client()
+    if _is_client(client):
+        op = "cluster_resources" if kind == "total" else "available_resources"
+        return client.call(op)  # type: ignore[attr-defined, no-any-return]
     total: dict[str, float] = {}
     for n in _nodes_raw():
         if not n.alive:

@@ -122,6 +122,8 @@ class RemoteFunction(Generic[R]):
 
         client = _api._client_or_autoinit()
         self._check_arity(args, kwargs)
+        if _api._is_client(client):
+            return client.submit_task(self._function, opts, args, kwargs)
         fid = self._export(client)
         return submit_task(client, fid, self._name, args, kwargs, opts)
 

@@ -7,13 +7,18 @@ There is no other process-global runtime state: ``init()`` fills the slot and
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nbcluster._runtime.core.client import CoreClient
 
 _lock = threading.Lock()
 _client: CoreClient | None = None
+
+# Set by the client-mode proxy: turns a client's ref id back into the real ObjectRef.
+client_ref_resolver: Callable[[bytes], Any] | None = None
+CLIENT_OWNER = "client-proxy"
 
 
 def current_client() -> CoreClient | None:

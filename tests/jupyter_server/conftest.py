@@ -74,7 +74,10 @@ def jp_server_config(cluster_temp_dir: Path) -> Config:
     return Config(
         {
             "ServerApp": {
-                "jpserver_extensions": {"nbcluster.jupyter.server": True},
+                "jpserver_extensions": {
+                    "nbcluster.jupyter.server": True,
+                    "jupyter_server_terminals": False,
+                },
                 "allow_unauthenticated_access": False,
                 "reraise_server_extension_failures": True,
             },
@@ -84,7 +87,7 @@ def jp_server_config(cluster_temp_dir: Path) -> Config:
 
 
 @pytest.fixture
-def manager(jp_serverapp: Any) -> Iterator[ClusterManager]:
+def manager(jp_serverapp: Any) -> Iterator[ClusterManager]:  # noqa: F811 - the fixture
     """The extension's manager; its clusters are stopped and leak-checked after the test."""
     mgr: ClusterManager = jp_serverapp.web_app.settings["nbcluster_manager"]
     yield mgr

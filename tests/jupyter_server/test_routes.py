@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tornado.httpclient import HTTPClientError, HTTPResponse
+from tornado.httpclient import HTTPResponse
 
 from nbcluster import LocalCluster
 from nbcluster.jupyter.server.handlers import API_PREFIX, NbclusterHandler, routes

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.head.relay import ClientRelay
 from nbcluster._runtime.head.service import HeadService, HeadStore
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
@@ -48,6 +49,8 @@ async def serve(args: argparse.Namespace) -> None:
     pb_grpc.add_HeadServicer_to_server(service, server)
     service.recover()
     port = bind(server, args.host, args.port)
+    relay = ClientRelay(session_dir, args.token_file, token, f"{args.host}:{port}")
+    server.add_generic_rpc_handlers((relay.handler(),))
     await server.start()
     if not is_loopback(args.host):
         log.warning("head listening on non-loopback address %s:%d", args.host, port)
@@ -76,6 +79,7 @@ async def serve(args: argparse.Namespace) -> None:
     service.placement.close()
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:
         await service.stop_nodes()
+    await relay.close()
     await server.stop(grace=0.5)
     store.close()
     log.info("head stopped")

@@ -267,7 +267,7 @@ class Feed:
 
     def _after_cursor(self, events: list[TaskEvent]) -> int | None:
         """Index just after the cursor event in ``events`` (None if it is not there)."""
-        if self._cursor is not None:
+        if self._cursor is None:
             return None
         for i in range(len(events) - 1, -1, -1):
             if event_key(events[i]) == self._cursor:

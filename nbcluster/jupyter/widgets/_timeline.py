@@ -63,7 +63,7 @@ class Timeline(LiveWidget):
             raise ValueError(f"window must be at least 1 bar, got {window}")
         self.window = window
         self.job_id = job_id
-        self._recent: collections.deque[TaskEvent] = collections.deque(maxlen=None)
+        self._recent: collections.deque[TaskEvent] = collections.deque(maxlen=window)
         self.summary: dict[str, FunctionSummary] = {}
         self.total = 0
         self._head_dropped = 0

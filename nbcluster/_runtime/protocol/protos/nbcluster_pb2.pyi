@@ -948,3 +948,21 @@ class CancelTaskRequest(_message.Message):
     force: bool
     recursive: bool
     def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., recursive: _Optional[bool] = ...) -> None: ...
+
+class ClientRequest(_message.Message):
+    __slots__ = ("session", "op", "payload")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    session: bytes
+    op: str
+    payload: bytes
+    def __init__(self, session: _Optional[bytes] = ..., op: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class ClientReply(_message.Message):
+    __slots__ = ("payload", "is_error")
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    is_error: bool
+    def __init__(self, payload: _Optional[bytes] = ..., is_error: _Optional[bool] = ...) -> None: ...

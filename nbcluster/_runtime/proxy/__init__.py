@@ -1,0 +1,1 @@
+"""Client mode: the proxy driver that serves remote notebooks through the head."""
