@@ -191,7 +191,11 @@ export class ClusterPanel extends Widget {
 
     this._error = el('div', 'nbcluster-error');
     this._error.setAttribute('role', 'alert');
-    this._empty = el('div', 'nbcluster-empty', 'No clusters. Start one above, or run %cluster start in a notebook.');
+    this._empty = el(
+      'div',
+      'nbcluster-empty',
+      'No clusters. Start one above, or run %cluster start in a notebook.'
+    );
     this._list = el('div', 'nbcluster-cards');
     root.append(this._error, this._empty, this._list);
 
@@ -220,6 +224,7 @@ export class ClusterPanel extends Widget {
   async run(action: () => Promise<unknown>): Promise<void> {
     try {
       this.showError(null);
+      this._showingStoreError = false;
       await action();
     } catch (error) {
       this.showError(error instanceof Error ? error.message : String(error));
@@ -239,26 +244,31 @@ export class ClusterPanel extends Widget {
 
   private _render(): void {
     const clusters = this.store.clusters;
-    const seen = new Set<string>();
-    for (const cluster of clusters) {
-      seen.add(cluster.id);
+    for (const [id, card] of this._cards) {
+      if (!clusters.some(c => c.id === id)) {
+        card.node.remove();
+        this._cards.delete(id);
+      }
+    }
+    clusters.forEach((cluster, index) => {
       let card = this._cards.get(cluster.id);
       if (card === undefined) {
         card = new ClusterCard(cluster, this);
         this._cards.set(cluster.id, card);
       }
       card.update(cluster, this.store.load(cluster.id));
-      this._list.append(card.node); // keeps the server's order
-    }
-    for (const [id, card] of this._cards) {
-      if (!seen.has(id)) {
-        card.node.remove();
-        this._cards.delete(id);
+      const at = this._list.children[index] ?? null;
+      if (at !== card.node) {
+        this._list.insertBefore(card.node, at); // the server's order, moving only if needed
       }
-    }
+    });
     this._empty.style.display = clusters.length ? 'none' : '';
     if (this.store.error) {
       this.showError(this.store.error);
+      this._showingStoreError = true;
+    } else if (this._showingStoreError) {
+      this.showError(null);
+      this._showingStoreError = false;
     }
   }
 
@@ -269,4 +279,5 @@ export class ClusterPanel extends Widget {
   private _empty: HTMLElement;
   private _list: HTMLElement;
   private _cards = new Map<string, ClusterCard>();
+  private _showingStoreError = false;
 }

@@ -178,3 +178,50 @@ nbcluster.shutdown()
     assert result["hung"] in state["dead"]
     host2 = [nid for name, nid in state["alive"] if name == "host2"]
     assert host2 and host2[0] != result["hung"]  # re-registered under a new id
+
+
+CLIENT = r"""
+import json, sys, time, nbcluster
+nbcluster.init("nbcluster://" + sys.argv[1])
+
+@nbcluster.remote
+def slow(v):
+    time.sleep(6)
+    return v
+
+ref = slow.remote(42)
+print("SUBMITTED", flush=True)
+print(json.dumps({"value": nbcluster.get(ref)}), flush=True)
+time.sleep(0.5)
+print("LONGCUT_READY", flush=True)
+time.sleep(1.0)
+try:
+    nbcluster.get(slow.remote(1))
+    print("NO_ERROR", flush=True)
+except nbcluster.exceptions.HeadUnavailableError as e:
+    print("HEAD_UNAVAILABLE", flush=True)
+print("ALIVE", flush=True)
+"""
+
+
+def test_client_mode_rides_out_a_short_link_loss_and_fails_cleanly_on_a_long_one(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    head_addr = _start_cluster(hosts, tmp_path)
+    env = hosts.env(1, tmp_path, NBCLUSTER_HEAD_GRACE_PERIOD_S="6")
+    drv = hosts.spawn(1, [python(), "-c", CLIENT, head_addr], env)
+    ns = hosts.names[1]
+    _wait_line(hosts, drv, "SUBMITTED")
+    subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    time.sleep(4)  # shorter than the grace period
+    subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+    out = _wait_line(hosts, drv, '"value"', timeout=60)
+    assert '{"value": 42}' in out  # the blocked call resumed; nothing lost
+    _wait_line(hosts, drv, "LONGCUT_READY")
+    subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    try:
+        out = _wait_line(hosts, drv, "ALIVE", timeout=60)
+    finally:
+        subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+    assert "HEAD_UNAVAILABLE" in out  # the cell got an error after the grace period...
+    assert drv.wait(30) == 0  # ...and the process (the kernel) kept running to the end

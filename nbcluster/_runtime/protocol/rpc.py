@@ -220,7 +220,13 @@ def make_sync_channel(address: str, token: str, *, max_message_bytes: int = 64 *
     """A blocking channel for one-shot reads from tools (status, the server extension)."""
     return grpc.insecure_channel(
         address,
-        options=[*_message_options(max_message_bytes), ("grpc.enable_http_proxy", 0)],
+        options=[
+            *_message_options(max_message_bytes),
+            ("grpc.enable_http_proxy", 0),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ],
     )
 
 
