@@ -39,6 +39,11 @@ def load_ipython_extension(ip: object) -> None:
     magics.load_ipython_extension(ip)
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the built JupyterLab extension lives (``jupyter labextension develop``)."""
+    return [{"src": "labextension", "dest": "nbcluster"}]
+
+
 def unload_ipython_extension(ip: object) -> None:
     """``%unload_ext nbcluster``: remove the hooks the extension installed."""
     from nbcluster.jupyter import magics

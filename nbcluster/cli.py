@@ -81,7 +81,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
             file=sys.stderr,
         )
         return 2
-    session_dir = session or proc.new_session_dir(_temp_dir())
+    session_dir = (session.resolve() if session else None) or proc.new_session_dir(_temp_dir())
     cmd = [
         sys.executable, "-m", "nbcluster._runtime.node.main",
         "--session-dir", str(session_dir), "--token-file", token_file,
@@ -194,9 +194,17 @@ def _is_ours(pid: int, session: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return any(str(session).encode() in part for part in cmdline) or any(
-        b"nbcluster._runtime" in part for part in cmdline
-    ) and any(str(session.name).encode() in part for part in cmdline)
+    if not any(b"nbcluster._runtime" in part for part in cmdline):
+        return False
+    real = session.resolve()
+    for i, part in enumerate(cmdline):
+        if part == b"--session-dir" and i + 1 < len(cmdline):
+            try:
+                if Path(cmdline[i + 1].decode()).resolve() == real:
+                    return True
+            except (OSError, UnicodeDecodeError):
+                continue
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,7 +156,7 @@ class LocalCluster:
         finally:
             log.close()
 
-    def _wait_nodes(self, timeout: float) -> None:
+    def _wait_nodes(self, timeout: float, watch: list[Any] | None = None) -> None:
         assert self.session_dir is not None
         deadline = time.monotonic() + timeout
         nodes_dir = self.session_dir / "nodes"
@@ -164,7 +164,7 @@ class LocalCluster:
         while True:
             if nodes_dir.exists() and len(list(nodes_dir.glob("*.json"))) >= self.num_nodes:
                 return
-            for p in [self.head, *self.nodes]:
+            for p in watch if watch is not None else [self.head, *self.nodes]:
                 if p is not None and p.poll() is not None:
                     raise RuntimeError(
                         f"a cluster process exited during start-up (code {p.returncode}); "
@@ -207,8 +207,20 @@ class LocalCluster:
             args += [f"--{k.replace('_', '-')}", str(v)]
         p = self._spawn("nbcluster._runtime.node.main", args, {**os.environ, **self.env})
         self.nodes.append(p)
-        self._wait_nodes(timeout)
+        alive = len([n for n in self.nodes if n.poll() is None])
+        self._wait_alive_nodes(alive, timeout, p)
         return p
+
+    def _wait_alive_nodes(self, count: int, timeout: float, new: subprocess.Popen[bytes]) -> None:
+        assert self.session_dir is not None
+        deadline = time.monotonic() + timeout
+        nodes_dir = self.session_dir / "nodes"
+        while len(list(nodes_dir.glob("*.json"))) < count:
+            if new.poll() is not None:
+                raise RuntimeError(f"the new node exited during start-up (code {new.returncode})")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the new node did not start within {timeout:.0f}s")
+            time.sleep(0.01)
 
     def kill_head(self) -> None:
         """SIGKILL the head process (fault-injection for tests; nodes keep running)."""
@@ -303,7 +315,11 @@ def find_session(address: str | None, temp_dir: str) -> Path | None:
     if not base.exists():
         return None
     sessions = sorted(
-        (p for p in base.glob("session_*") if (p / proc.HEAD_ADDRESS_FILE).exists()),
+        (
+            p
+            for p in base.glob("session_*")
+            if not p.is_symlink() and (p / proc.HEAD_ADDRESS_FILE).exists()
+        ),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )

@@ -63,21 +63,19 @@ def worker_pids(session_dir: str | os.PathLike[str]) -> list[int]:
     import psutil
 
     procs = cluster_processes(session_dir)
-    node_pids = {p.pid for p in procs if "nbcluster._runtime.node.main" in " ".join(p.cmdline())}
-    zygotes = set()
-    for p in procs:
+    # The fork server and the workers are forked from the node manager, so all three carry
+    # node.main's command line: managers have a parent outside that set, the fork server is
+    # a manager's child, and workers are the fork server's children.
+    node_like = {p.pid: p for p in procs if "nbcluster._runtime.node.main" in " ".join(p.cmdline())}
+    parents: dict[int, int] = {}
+    for pid, p in node_like.items():
         try:
-            if p.ppid() in node_pids and p.pid not in node_pids:
-                zygotes.add(p.pid)
+            parents[pid] = p.ppid()
         except psutil.NoSuchProcess:
             continue
-    out = []
-    for p in procs:
-        try:
-            if p.ppid() in zygotes:
-                out.append(p.pid)
-        except psutil.NoSuchProcess:
-            continue
+    managers = {pid for pid, ppid in parents.items() if ppid not in node_like}
+    zygotes = {pid for pid, ppid in parents.items() if ppid in managers}
+    out = [pid for pid, ppid in parents.items() if ppid in zygotes]
     return out
 
 

@@ -67,7 +67,10 @@ function activate(
     const code = await store.connectCode(id);
     app.shell.activateById(notebook.id);
     await notebook.sessionContext.ready;
-    await app.commands.execute('notebook:insert-cell-below');
+    const active = notebook.content.activeCell;
+    if (active === null || active.model.sharedModel.getSource().trim() !== '') {
+      await app.commands.execute('notebook:insert-cell-below'); // else: use the empty cell
+    }
     const cell = notebook.content.activeCell;
     if (cell === null) {
       throw new Error('The notebook has no active cell to put the connect code in.');

@@ -187,7 +187,7 @@ export function formatBytes(bytes: number | null): string {
     unit += 1;
   }
   const digits = unit === 0 || value >= 100 ? 0 : value >= 10 ? 1 : 2;
-  return `${value.toFixed(digits).replace(/\.0+$/, '')} ${UNITS[unit]}`;
+  return `${Number(value.toFixed(digits))} ${UNITS[unit]}`;
 }
 
 /** `2` → `"2"`, `0.5` → `"0.5"`, null → `"–"`. */
@@ -222,6 +222,14 @@ export function storeText(load: ILoadModel | null): string {
   const f = fraction(load.store_used, load.store_capacity);
   const pct = f === null ? '' : ` (${Math.round(f * 100)}%)`;
   return `${formatBytes(load.store_used)} / ${formatBytes(load.store_capacity)}${pct}`;
+}
+
+/** `"2 running, 1 queued"`, or null when the head reports neither. */
+export function tasksText(load: ILoadModel | null): string | null {
+  if (load === null || (load.tasks_running === null && load.tasks_queued === null)) {
+    return null;
+  }
+  return `${formatAmount(load.tasks_running)} running, ${formatAmount(load.tasks_queued)} queued`;
 }
 
 /** The status-bar text for the active kernel's cluster (null: no cluster). */

@@ -11,7 +11,9 @@ import { Widget } from '@lumino/widgets';
 /** The parts of a `NotebookPanel` used here. */
 export interface INotebookLike extends Widget {
   content: {
-    activeCell: { model: { sharedModel: { setSource(source: string): void } } } | null;
+    activeCell: {
+      model: { sharedModel: { getSource(): string; setSource(source: string): void } };
+    } | null;
   };
   sessionContext: {
     ready: Promise<void>;

@@ -17,7 +17,8 @@ import {
   originLabel,
   parseScaleForm,
   parseStartForm,
-  storeText
+  storeText,
+  tasksText
 } from './models';
 import { ClusterStore } from './store';
 
@@ -79,6 +80,7 @@ class ClusterCard {
     this._cpu = this._stat(stats, 'CPU', 'nbcluster-cpu');
     this._store = this._stat(stats, 'Store', 'nbcluster-store');
     this._tasks = this._stat(stats, 'Tasks', 'nbcluster-tasks');
+    this._tasksLabel = this._tasks.previousElementSibling as HTMLElement;
     this._cpuBar = el('div', 'nbcluster-bar-fill');
     const bar = el('div', 'nbcluster-bar');
     bar.append(this._cpuBar);
@@ -127,10 +129,10 @@ class ClusterCard {
     this._nodes.textContent = formatAmount(load?.nodes ?? cluster.nodes);
     this._cpu.textContent = cpuText(load);
     this._store.textContent = storeText(load);
-    this._tasks.textContent =
-      load === null
-        ? '–'
-        : `${formatAmount(load.tasks_running)} running, ${formatAmount(load.tasks_queued)} queued`;
+    const tasks = tasksText(load);
+    this._tasks.textContent = tasks ?? '';
+    this._tasks.style.display = tasks === null ? 'none' : '';
+    this._tasksLabel.style.display = tasks === null ? 'none' : '';
     const f = load === null ? null : fraction(load.cpu_used, load.cpu_total);
     this._cpuBar.style.width = `${Math.round((f ?? 0) * 100)}%`;
     this._scaleBox.style.display = cluster.can_scale ? '' : 'none';
@@ -153,6 +155,7 @@ class ClusterCard {
   private _cpu: HTMLElement;
   private _store: HTMLElement;
   private _tasks: HTMLElement;
+  private _tasksLabel: HTMLElement;
   private _cpuBar: HTMLElement;
   private _scaleBox: HTMLElement;
   private _scaleInput: HTMLInputElement;

@@ -249,13 +249,6 @@ def test_second_driver_joins_a_running_cluster(cluster, own_temp_dir, tmp_path, 
     assert cluster_processes(info.session_dir)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cluster.py find_session() globs 'session_*', which also matches the "
-    "'session_latest' symlink; depending on directory order it returns the symlink, so a "
-    "joined driver's ClusterInfo.session_dir (and a node joined by `nbcluster start "
-    "--address`) names a path that moves when the next cluster starts",
-)
 def test_find_session_returns_the_session_directory_not_the_latest_symlink(tmp_path):
     results = []
     for i in range(16):  # directory order differs per directory: try several
@@ -379,12 +372,6 @@ def test_node_id_inside_a_task_matches_the_node_that_runs_it(cluster, tmp_path):
 # ------------------------------------------------------------------------------- testing helpers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/testing.py worker_pids() always returns []: the fork server is "
-    "forked from the node manager and keeps its command line, so it lands in node_pids and "
-    "is never taken as the zygote; workers' parent is therefore never matched",
-)
 def test_testing_worker_pids_finds_the_workers(cluster):
     info = cluster(num_cpus=2)
     assert nbcluster.get(square.remote(3)) == 9

@@ -754,12 +754,6 @@ def test_malformed_requests_are_rejected_and_services_keep_serving(sec, servers,
     _services_alive(sec, head)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: undecodable request bodies are answered with UNKNOWN and the text "
-    "\"Unexpected <class 'google.protobuf.message.DecodeError'>: ...\" (grpc.aio's default), "
-    "not INVALID_ARGUMENT; errors.py maps UNKNOWN to HeadUnavailableError/LocalNodeDiedError",
-)
 def test_malformed_requests_get_invalid_argument_without_internals(servers):
     for who, path, blob in _mutating_truncated():
         with pytest.raises(grpc.RpcError) as info:
@@ -858,12 +852,6 @@ def test_garbage_on_a_worker_task_stream_does_not_kill_it(sec, leased_worker, he
     _services_alive(sec, head, healthy=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: undecodable frames on CoreWorker.PushTasks are dropped silently and the "
-    "stream ends with status OK (worker/main.py WorkerService.PushTasks: pump_in swallows "
-    "the deserialization error in its finally)",
-)
 def test_garbage_on_a_worker_task_stream_is_rejected_with_a_status(leased_worker):
     raw_worker, _ = leased_worker
     codes = _push_garbage(raw_worker, _garbage_frames())

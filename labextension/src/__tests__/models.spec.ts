@@ -16,7 +16,8 @@ import {
   parseStartForm,
   pickCluster,
   statusText,
-  storeText
+  storeText,
+  tasksText
 } from '../models';
 
 function cluster(overrides: Partial<IClusterModel> = {}): IClusterModel {
@@ -141,6 +142,13 @@ describe('formatting', () => {
     expect(cpuText(null)).toBe('–');
     expect(storeText(load())).toBe('256 MiB / 1 GiB (25%)');
     expect(storeText(load({ store_capacity: null }))).toBe('256 MiB / –');
+  });
+
+  it('describes tasks only when the head reports them', () => {
+    expect(tasksText(load())).toBeNull();
+    expect(tasksText(null)).toBeNull();
+    expect(tasksText(load({ tasks_running: 2, tasks_queued: 1 }))).toBe('2 running, 1 queued');
+    expect(tasksText(load({ tasks_queued: 3 }))).toBe('– running, 3 queued');
   });
 
   it('builds the status-bar text', () => {

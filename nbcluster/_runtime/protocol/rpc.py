@@ -76,8 +76,10 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         code = self.check(handler_call_details.invocation_metadata)
-        if code is None or handler is None:
+        if handler is None:
             return handler
+        if code is None:
+            return _validating_handler(handler)
         return _refusing_handler(handler, code)
 
 
@@ -133,6 +135,68 @@ class FaultInjector(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(
             faulty, handler.request_deserializer, handler.response_serializer
         )
+
+
+class _Malformed:
+    """What a request that cannot be decoded turns into (instead of an opaque UNKNOWN)."""
+
+
+_MALFORMED = _Malformed()
+_BAD_REQUEST = "malformed request: the message could not be decoded (is the client the same version?)"
+
+
+def _validating_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Answer undecodable requests with INVALID_ARGUMENT, without internal details."""
+    des = handler.request_deserializer
+    if des is None:
+        return handler
+
+    def safe_des(data: bytes) -> Any:
+        try:
+            return des(data)
+        except Exception:  # noqa: BLE001 - any decode failure is the client's fault
+            return _MALFORMED
+
+    ser = handler.response_serializer
+    if handler.request_streaming:
+        inner_stream = handler.stream_stream or handler.stream_unary
+
+        async def checked_iter(it: Any, context: grpc.aio.ServicerContext) -> Any:
+            async for item in it:
+                if item is _MALFORMED:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _BAD_REQUEST)
+                yield item
+
+        if handler.response_streaming:
+
+            async def stream_stream(it: Any, context: grpc.aio.ServicerContext) -> Any:
+                async for reply in inner_stream(checked_iter(it, context), context):
+                    yield reply
+
+            return grpc.stream_stream_rpc_method_handler(stream_stream, safe_des, ser)
+
+        async def stream_unary(it: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await inner_stream(checked_iter(it, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, safe_des, ser)
+    if handler.response_streaming:
+        inner_us = handler.unary_stream
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if request is _MALFORMED:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _BAD_REQUEST)
+            async for reply in inner_us(request, context):
+                yield reply
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, safe_des, ser)
+    inner = handler.unary_unary
+
+    async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request is _MALFORMED:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _BAD_REQUEST)
+        return await inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(unary_unary, safe_des, ser)
 
 
 def _refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode) -> grpc.RpcMethodHandler:

@@ -177,8 +177,14 @@ class DAGView(LiveWidget):
                 title={"text": self._title(), "font": {"size": 13}},
                 height=min(900, 160 + 32 * rows),
                 margin={"l": 10, "r": 10, "t": 50, "b": 30},
-                xaxis={"title": {"text": "dependency depth"}, "dtick": 1, "zeroline": False},
-                yaxis={"visible": False},
+                xaxis={
+                    "title": {"text": "dependency depth"},
+                    "dtick": 1,
+                    "zeroline": False,
+                    "range": [-0.5, max(self._depths(), default=0) + 0.5],
+                },
+                # Room above the top row for its labels.
+                yaxis={"visible": False, "range": [-(rows - 1) / 2 - 0.6, (rows - 1) / 2 + 0.9]},
                 legend={"orientation": "h", "y": -0.15},
             ),
         )

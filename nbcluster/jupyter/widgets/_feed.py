@@ -11,9 +11,9 @@ tasks finished.
 Task events are fetched incrementally. The head keeps them in a bounded ring, oldest
 first, in the order they arrived (not sorted by time, and the oldest are dropped when the
 ring is full). The feed remembers the last event it has seen (its ``(task_id, attempt,
-end_time)`` key) and asks for the newest ``batch`` events; if the remembered event is among
-them, only what follows it is new, otherwise it asks for more (x8 each round, then the
-whole ring). A subscriber that joins later gets the whole ring once (``backfill=True``).
+end_time)`` key) and asks for the newest few events (twice as many as were new last time,
+64 to ``batch``); if the remembered event is among them, only what follows it is new,
+otherwise it asks for more (x8 each round, then the whole ring). A subscriber that joins later gets the whole ring once (``backfill=True``).
 
 The thread stops when the last subscriber leaves or the driver disconnects (then every
 subscriber gets a final update with ``connected=False`` and is dropped). Subscribers from
@@ -94,7 +94,7 @@ class Feed:
     """A poller of :mod:`nbcluster.state` shared by live widgets (see the module docstring).
 
     ``interval``: seconds between polls (default 0.5 = 2 Hz; at least 0.1).
-    ``batch``: how many of the newest events one incremental poll asks for first.
+    ``batch``: the most events one incremental poll asks for before widening its search.
     ``autostart``: start the background thread on the first subscription (False in tests,
     which call :meth:`poll_once` instead).
     """
@@ -110,6 +110,7 @@ class Feed:
         self._stop = threading.Event()
         self._cursor: tuple[str, int, float] | None = None
         self._cursor_session: str | None = None
+        self._last_new = 0
         self.ticks = 0
 
     # -- configuration ----------------------------------------------------------------------
@@ -253,7 +254,9 @@ class Feed:
 
     def _fetch_events(self, full: bool) -> tuple[list[TaskEvent], list[TaskEvent] | None, int]:
         """(events after the cursor, the whole ring if it was fetched, dropped count)."""
-        limit = 0 if full or self._cursor is None else self._batch
+        # Ask for a little more than last time's news (at least 64, at most ``batch``).
+        guess = min(self._batch, max(64, 2 * self._last_new))
+        limit = 0 if full or self._cursor is None else guess
         while True:
             events, dropped = state.task_events(limit=limit)
             start = self._after_cursor(events)
@@ -261,6 +264,7 @@ class Feed:
                 limit = limit * 8 if limit * 8 < 1_000_000 else 0
                 continue
             new = events[start or 0 :]
+            self._last_new = len(new)
             if events:
                 self._cursor = event_key(events[-1])
             return new, (events if limit == 0 else None), dropped
