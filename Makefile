@@ -1,6 +1,7 @@
 # nbcluster: every set-up step a fresh machine needs lives here.
 #   make lab    create .venv, install nbcluster, open JupyterLab on notebooks/
-#   make test   the whole suite (what .ci/run calls)
+#   make test   the whole suite (what .ci/run calls), the lab extension's jest tests and
+#               the browser tests included (it installs Debian's chromium when missing)
 # Choose another interpreter with `make PY=python3.12 ...` (must be >= 3.11).
 
 PY ?= python3
@@ -15,7 +16,7 @@ BENCH_ARGS ?=
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-unit lint proto-check lab bench clean distclean
+.PHONY: help venv test test-unit lint proto-check lab bench clean distclean labext test-js chromium
 
 help:
 	@echo "make lab        create .venv, install nbcluster, open JupyterLab on notebooks/"
@@ -23,6 +24,9 @@ help:
 	@echo "make test-unit  unit tests only (no processes)"
 	@echo "make bench      install Ray and Dask into .venv, run benchmarks/microbench.py"
 	@echo "make venv       just create/update .venv"
+	@echo "make labext     rebuild the JupyterLab extension (labextension/) after editing it"
+	@echo "make test-js    the lab extension's jest tests"
+	@echo "make chromium   apt-get install chromium for the browser tests (when missing; root)"
 	@echo "make clean      remove caches and build output (distclean also removes .venv)"
 
 # The venv itself: created once.
@@ -45,14 +49,46 @@ lint: $(STAMP)
 proto-check: $(STAMP)
 	$(BIN)/python -m nbcluster._runtime.protocol._gen --check
 
-test: venv lint proto-check
+test: venv lint proto-check labext test-js chromium
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
-lab: $(STAMP)
+lab: $(STAMP) labext
 	$(BIN)/jupyter lab --ip=127.0.0.1 $(LAB_FLAGS) notebooks/
+
+# The JupyterLab extension. `pip install -e .` (the $(STAMP) rule) builds it the first time
+# through hatch-jupyter-builder; this rebuilds it when its sources change, and links the
+# installed copy to the build output so JupyterLab serves the new build. jlpm comes from the
+# venv (jupyter-builder); CI=true makes `jlpm install` use the committed yarn.lock as is.
+LABEXT_OUT := nbcluster/labextension/static/style.js
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*) \
+	labextension/package.json labextension/yarn.lock labextension/tsconfig.json
+LABEXT_ENV := PATH="$(CURDIR)/$(BIN):$$PATH"
+
+$(LABEXT_OUT): $(LABEXT_SRC) | $(STAMP)
+	cd labextension && $(LABEXT_ENV) jlpm install && $(LABEXT_ENV) jlpm build
+	$(LABEXT_ENV) $(BIN)/jupyter-builder develop --overwrite .
+	@touch $@
+
+labext: $(LABEXT_OUT)
+
+test-js: $(LABEXT_OUT)
+	cd labextension && $(LABEXT_ENV) jlpm install && $(LABEXT_ENV) jlpm test
+
+# Debian's chromium for the browser tests (tests/browser; playwright never downloads one).
+# Idempotent: does nothing when /usr/bin/chromium exists. CI runs as root.
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "make: /usr/bin/chromium is missing and cannot be installed here (needs root" \
+				"and apt-get); the browser tests will be skipped" >&2; \
+		fi; \
+	fi
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PIP_INSTALL) -e '.[test,bench]'
@@ -63,7 +99,8 @@ bench: $(BENCH_STAMP)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache test-artifacts
+	rm -rf labextension/lib labextension/tsconfig.tsbuildinfo nbcluster/labextension
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) labextension/node_modules labextension/.yarn

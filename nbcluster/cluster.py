@@ -205,17 +205,18 @@ class LocalCluster:
         args += self._node_args(before)
         for k, v in kwargs.items():
             args += [f"--{k.replace('_', '-')}", str(v)]
+        nodes_dir = self.session_dir / "nodes"
+        before = set(nodes_dir.glob("*.json"))
         p = self._spawn("nbcluster._runtime.node.main", args, {**os.environ, **self.env})
         self.nodes.append(p)
-        alive = len([n for n in self.nodes if n.poll() is None])
-        self._wait_alive_nodes(alive, timeout, p)
+        self._wait_new_node(before, timeout, p)
         return p
 
-    def _wait_alive_nodes(self, count: int, timeout: float, new: subprocess.Popen[bytes]) -> None:
+    def _wait_new_node(self, before: set[Path], timeout: float, new: subprocess.Popen[bytes]) -> None:
         assert self.session_dir is not None
         deadline = time.monotonic() + timeout
         nodes_dir = self.session_dir / "nodes"
-        while len(list(nodes_dir.glob("*.json"))) < count:
+        while not set(nodes_dir.glob("*.json")) - before:
             if new.poll() is not None:
                 raise RuntimeError(f"the new node exited during start-up (code {new.returncode})")
             if time.monotonic() > deadline:

@@ -145,7 +145,8 @@ def test_timeline_one_bar_per_attempt(fifty: list[TaskEvent], feed: Feed) -> Non
     assert all(any(f"pid {pid}" == lane.split(" · ")[-1] for lane in lanes) for pid in pids)
     assert tl.summary["square"].count == N_TASKS
     text = repr(tl)
-    assert f"{len(events)} task attempts" in text and "square: 50 attempts" in text
+    assert text.startswith(f"Timeline: {len(events)} attempts on {len(pids)} workers")
+    assert "square: 50 attempts" in text
     tl.close()
     assert feed.subscribers == 0
 

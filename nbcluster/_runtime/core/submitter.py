@@ -347,6 +347,8 @@ class Submitter:
             elif route[0] == "node":
                 _, node_id, soft = route
                 nodes = [n for n in await client.alive_nodes() if n.node_id == node_id]
+                if not nodes:  # maybe it just joined: look again without the cache
+                    nodes = [n for n in await client.alive_nodes(max_age=0) if n.node_id == node_id]
                 if nodes:
                     addresses = [nodes[0].address]
                     spill = soft

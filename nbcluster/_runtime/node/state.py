@@ -211,6 +211,9 @@ class NodeState:
         if w.address:
             for lease in [le for le in self.leases.values() if le.owner == w.address]:
                 out_owner += self.return_lease(lease.lease_id)
+            for rid in [r for r, p in self.pending.items() if p.owner == w.address]:
+                del self.pending[rid]  # nobody is left to use what it asked for
+                out_owner.append(Redirect(rid, "CANCELLED"))
         out: list[Instruction] = out_owner
         if self._pool_size() < self.prestart:
             out.append(self._new_worker())

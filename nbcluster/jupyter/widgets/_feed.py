@@ -13,7 +13,8 @@ first, in the order they arrived (not sorted by time, and the oldest are dropped
 ring is full). The feed remembers the last event it has seen (its ``(task_id, attempt,
 end_time)`` key) and asks for the newest few events (twice as many as were new last time,
 64 to ``batch``); if the remembered event is among them, only what follows it is new,
-otherwise it asks for more (x8 each round, then the whole ring). A subscriber that joins later gets the whole ring once (``backfill=True``).
+otherwise it asks for more (x8 each round, then the whole ring). A subscriber that joins
+later gets the whole ring once (``backfill=True``).
 
 The thread stops when the last subscriber leaves or the driver disconnects (then every
 subscriber gets a final update with ``connected=False`` and is dropped). Subscribers from
@@ -170,6 +171,7 @@ class Feed:
 
     # -- polling ----------------------------------------------------------------------------
     def _run(self) -> None:
+        failing = False
         while not self._stop.is_set():
             with self._lock:
                 if not self._subs:
@@ -177,8 +179,13 @@ class Feed:
                     return
             try:
                 self.poll_once()
+                failing = False
             except Exception:  # noqa: BLE001 - keep the feed alive across transient RPC errors
-                log.warning("nbcluster widget feed: poll failed", exc_info=True)
+                # A shutdown racing with a poll is not worth a word: the next tick sees it.
+                # Otherwise warn once per run of failures, not a few times a second.
+                if _current_session() is not None and not failing:
+                    log.warning("nbcluster widget feed: poll failed; retrying", exc_info=True)
+                failing = True
             self._stop.wait(self._interval)
         with self._lock:
             if self._thread is threading.current_thread():

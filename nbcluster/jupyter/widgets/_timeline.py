@@ -218,7 +218,7 @@ class Timeline(LiveWidget):
     def _title(self) -> str:
         if not self.total:
             return "Task timeline: no finished tasks yet"
-        head = f"Task timeline: {self.total:,} attempts"
+        head = f"Task timeline: {_attempts(self.total)}"
         if self.shown < self.total:
             head += f" (latest {self.shown:,} drawn, {self.total - self.shown:,} summarised)"
         if self._head_dropped:
@@ -238,19 +238,18 @@ class Timeline(LiveWidget):
             if not self.total:
                 return "Timeline: no finished tasks yet"
             workers = len({(e.node_id, e.worker_pid) for e in self._recent})
-            lines = [
-                f"Timeline: {self.total:,} task attempts"
-                + (
-                    f" (latest {self.shown:,} on {workers} workers drawn)"
-                    if self.shown < self.total
-                    else f" on {workers} workers"
-                )
-            ]
-            for name, s in sorted(self.summary.items(), key=lambda kv: kv[1].total_s, reverse=True)[
-                :10
-            ]:
+            where = f"on {workers} worker{'' if workers == 1 else 's'}"
+            if self.shown < self.total:
+                where = f"(latest {self.shown:,} {where} drawn)"
+            lines = [f"Timeline: {_attempts(self.total)} {where}"]
+            by_time = sorted(self.summary.items(), key=lambda kv: kv[1].total_s, reverse=True)
+            for name, s in by_time[:10]:
                 failed = f", {s.failed:,} failed" if s.failed else ""
                 lines.append(
-                    f"  {name}: {s.count:,} attempts, {format_seconds(s.total_s)} total{failed}"
+                    f"  {name}: {_attempts(s.count)}, {format_seconds(s.total_s)} total{failed}"
                 )
             return "\n".join(lines)
+
+
+def _attempts(n: int) -> str:
+    return f"{n:,} attempt" if n == 1 else f"{n:,} attempts"
