@@ -5,7 +5,11 @@ is internal. Importing this package starts nothing and reads no configuration:
 ``nbcluster.init()`` (or ``%cluster start``) does that.
 """
 
-from nbcluster import exceptions
+from nbcluster import (
+    exceptions,
+    util,  # noqa: E402, I001 - after the names util uses
+)
+from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
     ClusterInfo,
     RuntimeContext,
@@ -22,12 +26,9 @@ from nbcluster._api import (
     shutdown,
     wait,
 )
-from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
 from nbcluster.cluster import LocalCluster
-
-from nbcluster import util  # noqa: E402, I001 - after the names util uses
 
 __version__ = "0.1.0"
 

@@ -98,7 +98,9 @@ def init(
         _check_resources_arg(num_cpus, "num_cpus")
         _check_resources_arg(num_gpus, "num_gpus")
         if resources is not None and not isinstance(resources, dict):
-            raise TypeError(f"resources must be a dict of name -> amount, got {type(resources).__name__}")
+            raise TypeError(
+                f"resources must be a dict of name -> amount, got {type(resources).__name__}"
+            )
         config = Config.from_env(**(_system_config or {}))
         address = address or os.environ.get("NBCLUSTER_ADDRESS") or None
         if address is not None and address.startswith("nbcluster://"):
@@ -222,7 +224,9 @@ def _connect(config: Config, head_address: str, token: str, namespace: str) -> C
 async def _attach(client: CoreClient) -> None:
     from nbcluster._runtime.protocol.rpc import RetryingStub
 
-    head = RetryingStub(client.head_once(), budget_s=5.0)  # a short grace: a wrong address fails fast
+    head = RetryingStub(
+        client.head_once(), budget_s=5.0
+    )  # a short grace: a wrong address fails fast
     try:
         info = await head.GetClusterInfo(pb.Empty(), timeout=10)
         me = socket.gethostname()
@@ -289,7 +293,10 @@ def shutdown() -> None:
             client.stop()
             return
         with contextlib.suppress(Exception):
-            client.run(lambda: client.head_once().FinishJob(pb.JobRef(job_id=client.job_id), timeout=2), timeout=3)
+            client.run(
+                lambda: client.head_once().FinishJob(pb.JobRef(job_id=client.job_id), timeout=2),
+                timeout=3,
+            )
         client.stop()
         cluster: LocalCluster | None = getattr(client, "cluster", None)
         if cluster is not None:
@@ -320,7 +327,9 @@ def _as_ref_list(refs: Any, fn: str) -> tuple[list[ObjectRef], bool]:
                     "pass refs returned by f.remote() or nbcluster.put()"
                 )
         return list(refs), False
-    raise TypeError(f"{fn}() expects an ObjectRef or a list of ObjectRefs, got {type(refs).__name__}")
+    raise TypeError(
+        f"{fn}() expects an ObjectRef or a list of ObjectRefs, got {type(refs).__name__}"
+    )
 
 
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
@@ -452,7 +461,9 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
 def _nodes_raw() -> list[Any]:
     client = context.require_client()
     try:
-        reply = client.run(lambda: client.head().GetNodes(pb.GetNodesRequest(include_dead=True), timeout=10))
+        reply = client.run(
+            lambda: client.head().GetNodes(pb.GetNodesRequest(include_dead=True), timeout=10)
+        )
     except RpcError as err:
         raise to_exception(err, Peer.HEAD, "GetNodes") from None
     return list(reply.nodes)

@@ -91,9 +91,9 @@ class ObjectRef:
     def __del__(self) -> None:
         client = self._client
         if client is not None:
-            try:
+            try:  # noqa: SIM105 - contextlib may be gone at interpreter shutdown
                 client.remove_local_ref(self._id)
-            except Exception:  # noqa: BLE001 - never raise from __del__ (interpreter shutdown)
+            except Exception:  # noqa: BLE001 - never raise from __del__
                 pass
 
     def __await__(self) -> Any:

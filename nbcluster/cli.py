@@ -1,9 +1,9 @@
 """The ``nbcluster`` command: start, join, inspect and stop clusters from a shell.
 
-    nbcluster start --head [--num-cpus N] [--port P] [--block]
-    nbcluster start --address HOST:PORT [--num-cpus N] [--block]
-    nbcluster status [--address HOST:PORT]
-    nbcluster stop
+nbcluster start --head [--num-cpus N] [--port P] [--block]
+nbcluster start --address HOST:PORT [--num-cpus N] [--block]
+nbcluster status [--address HOST:PORT]
+nbcluster stop
 """
 
 from __future__ import annotations
@@ -28,11 +28,15 @@ def _temp_dir() -> str:
 
 
 def _add_resource_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--num-cpus", type=float, default=None, help="CPUs this node offers (default: all)")
+    p.add_argument(
+        "--num-cpus", type=float, default=None, help="CPUs this node offers (default: all)"
+    )
     p.add_argument("--num-gpus", type=float, default=None, help="GPUs this node offers")
-    p.add_argument("--resources", default="", help='custom resources as JSON, e.g. \'{"disk": 2}\'')
+    p.add_argument("--resources", default="", help="custom resources as JSON, e.g. '{\"disk\": 2}'")
     p.add_argument("--object-store-memory", type=int, default=None, help="store size in bytes")
-    p.add_argument("--block", action="store_true", help="stay in the foreground; Ctrl-C stops the processes")
+    p.add_argument(
+        "--block", action="store_true", help="stay in the foreground; Ctrl-C stops the processes"
+    )
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -53,9 +57,13 @@ def cmd_start(args: argparse.Namespace) -> int:
             detached=not args.block,
         ).start()
         print(f"nbcluster head started at {cluster.address}")
-        print(f"  token file:  {cluster.token_file}   (keep it secret: it lets anyone run code as you)")
+        print(
+            f"  token file:  {cluster.token_file}   (keep it secret: it lets anyone run code as you)"
+        )
         print(f"  session dir: {cluster.session_dir}")
-        print(f"  join a node: nbcluster start --address {cluster.address} --token-file {cluster.token_file}")
+        print(
+            f"  join a node: nbcluster start --address {cluster.address} --token-file {cluster.token_file}"
+        )
         print(f"  connect:     nbcluster.init(address='{cluster.address}')   or   address='auto'")
         sys.stdout.flush()
         if args.block:
@@ -83,9 +91,17 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         return 2
     session_dir = (session.resolve() if session else None) or proc.new_session_dir(_temp_dir())
     cmd = [
-        sys.executable, "-m", "nbcluster._runtime.node.main",
-        "--session-dir", str(session_dir), "--token-file", token_file,
-        "--head-address", args.address, "--host", args.host,
+        sys.executable,
+        "-m",
+        "nbcluster._runtime.node.main",
+        "--session-dir",
+        str(session_dir),
+        "--token-file",
+        token_file,
+        "--head-address",
+        args.address,
+        "--host",
+        args.host,
     ]
     if args.node_name:
         cmd += ["--node-name", args.node_name]
@@ -102,7 +118,9 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
     nodes_dir = Path(session_dir) / "nodes"
     before = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
     log = open(Path(session_dir) / "logs" / f"node-join-{os.getpid()}.out", "ab")  # noqa: SIM115
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    p = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
     log.close()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -110,8 +128,10 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         if now - before:
             break
         if p.poll() is not None:
-            print(f"nbcluster start: the node exited (code {p.returncode}); logs in {session_dir}/logs",
-                  file=sys.stderr)
+            print(
+                f"nbcluster start: the node exited (code {p.returncode}); logs in {session_dir}/logs",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.02)
     else:
@@ -161,11 +181,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"cluster at {info.address}   session: {info.session_dir}")
         for n in nbcluster.nodes():
             state = "alive" if n["Alive"] else f"dead ({n['DeathReason']})"
-            res = ", ".join(f"{k} {n['Available'].get(k, 0):g}/{v:g}" for k, v in sorted(n["Resources"].items())
-                            if k != "memory")
+            res = ", ".join(
+                f"{k} {n['Available'].get(k, 0):g}/{v:g}"
+                for k, v in sorted(n["Resources"].items())
+                if k != "memory"
+            )
             store = f"store {n['ObjectStoreUsed'] / 2**20:.1f}/{n['ObjectStoreCapacity'] / 2**20:.0f} MiB"
-            print(f"  node {n['NodeID'][:8]} {n['NodeName']:<12} {n['NodeManagerAddress']}:{n['NodeManagerPort']}"
-                  f"  {state}  {res}  {store}")
+            print(
+                f"  node {n['NodeID'][:8]} {n['NodeName']:<12} {n['NodeManagerAddress']}:{n['NodeManagerPort']}"
+                f"  {state}  {res}  {store}"
+            )
     finally:
         nbcluster.shutdown()
     return 0
@@ -209,10 +234,14 @@ def _is_ours(pid: int, session: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nbcluster`` command."""
-    parser = argparse.ArgumentParser(prog="nbcluster", description="Start and manage nbcluster clusters.")
+    parser = argparse.ArgumentParser(
+        prog="nbcluster", description="Start and manage nbcluster clusters."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("start", help="start a head, or join a node to a head")
-    p.add_argument("--head", action="store_true", help="start a new cluster (head + a node on this host)")
+    p.add_argument(
+        "--head", action="store_true", help="start a new cluster (head + a node on this host)"
+    )
     p.add_argument("--address", default="", help="HOST:PORT of a head to join as a node")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="head port (default: any free port)")
@@ -221,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_resource_args(p)
     p.set_defaults(fn=cmd_start)
     p = sub.add_parser("status", help="show the nodes and resources of a cluster")
-    p.add_argument("--address", default="", help="HOST:PORT of the head (default: newest local cluster)")
+    p.add_argument(
+        "--address", default="", help="HOST:PORT of the head (default: newest local cluster)"
+    )
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("stop", help="stop the clusters started with `nbcluster start` on this host")
     p.set_defaults(fn=cmd_stop)

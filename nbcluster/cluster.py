@@ -84,7 +84,9 @@ class LocalCluster:
 
         config = Config.from_env()
         self.session_dir = proc.new_session_dir(self.temp_dir or config.temp_dir)
-        proc.create_token_file(self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None)
+        proc.create_token_file(
+            self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None
+        )
         self.token_file = self.session_dir / proc.TOKEN_FILE
         if not self.detached:
             self._pipe_r, self._pipe_w = os.pipe()
@@ -98,11 +100,15 @@ class LocalCluster:
             env,
         )
         for i in range(self.num_nodes):
-            self.nodes.append(self._spawn("nbcluster._runtime.node.main", [*common, *self._node_args(i)], env))
+            self.nodes.append(
+                self._spawn("nbcluster._runtime.node.main", [*common, *self._node_args(i)], env)
+            )
         try:
             head = self.head
             self.address = proc.wait_for_file(
-                self.session_dir / proc.HEAD_ADDRESS_FILE, timeout, alive=lambda: head.poll() is None
+                self.session_dir / proc.HEAD_ADDRESS_FILE,
+                timeout,
+                alive=lambda: head.poll() is None,
             ).strip()
             self._wait_nodes(timeout)
         except BaseException:
@@ -171,7 +177,9 @@ class LocalCluster:
                         f"see the logs in {self.session_dir / 'logs'}"
                     )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the cluster did not start within {timeout:.0f}s; logs: {self.session_dir}/logs")
+                raise TimeoutError(
+                    f"the cluster did not start within {timeout:.0f}s; logs: {self.session_dir}/logs"
+                )
             time.sleep(delay)
             delay = min(delay * 1.5, 0.02)
 
@@ -190,7 +198,10 @@ class LocalCluster:
     def node_addresses(self) -> list[str]:
         """Addresses of this cluster's node managers."""
         assert self.session_dir is not None
-        return [json.loads(p.read_text())["address"] for p in sorted((self.session_dir / "nodes").glob("*.json"))]
+        return [
+            json.loads(p.read_text())["address"]
+            for p in sorted((self.session_dir / "nodes").glob("*.json"))
+        ]
 
     def pids(self) -> list[int]:
         """PIDs of the head and node processes."""
@@ -212,7 +223,9 @@ class LocalCluster:
         self._wait_new_node(before, timeout, p)
         return p
 
-    def _wait_new_node(self, before: set[Path], timeout: float, new: subprocess.Popen[bytes]) -> None:
+    def _wait_new_node(
+        self, before: set[Path], timeout: float, new: subprocess.Popen[bytes]
+    ) -> None:
         assert self.session_dir is not None
         deadline = time.monotonic() + timeout
         nodes_dir = self.session_dir / "nodes"
@@ -241,7 +254,9 @@ class LocalCluster:
             args.append("--allow-external")
         self.head = self._spawn("nbcluster._runtime.head.main", args, {**os.environ, **self.env})
         head = self.head
-        proc.wait_for_file(self.session_dir / proc.HEAD_ADDRESS_FILE, timeout, alive=lambda: head.poll() is None)
+        proc.wait_for_file(
+            self.session_dir / proc.HEAD_ADDRESS_FILE, timeout, alive=lambda: head.poll() is None
+        )
 
     def remove_node(self, timeout: float = 10.0) -> None:
         """Stop the most recently added node manager (never the last one)."""

@@ -310,7 +310,9 @@ def pending_tasks(predicate: Callable[[Any], bool] | None = None) -> list[str]:
             break
         except RuntimeError:
             continue
-    return [r.task_id.hex() for r in recs if not r.done and (predicate is None or predicate(r.context))]
+    return [
+        r.task_id.hex() for r in recs if not r.done and (predicate is None or predicate(r.context))
+    ]
 
 
 def cancel_tasks(predicate: Callable[[Any], bool], force: bool = False) -> int:

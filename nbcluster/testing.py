@@ -109,7 +109,9 @@ def assert_cluster_healthy(timeout: float = 10.0) -> None:
     def _healthy(i: int) -> int:
         return i
 
-    assert nbcluster.get([_healthy.remote(i) for i in range(20)], timeout=timeout) == list(range(20))
+    assert nbcluster.get([_healthy.remote(i) for i in range(20)], timeout=timeout) == list(
+        range(20)
+    )
 
 
 def kill_process(pid: int, sig: int = signal.SIGKILL) -> None:

@@ -32,7 +32,9 @@ def require_client() -> CoreClient:
     if client is None:
         from nbcluster.exceptions import NbclusterError
 
-        raise NbclusterError("nbcluster is not initialized: call nbcluster.init() (or %cluster start) first")
+        raise NbclusterError(
+            "nbcluster is not initialized: call nbcluster.init() (or %cluster start) first"
+        )
     return client
 
 

@@ -128,7 +128,9 @@ def setup_logging(level: str, log_file: Path | None, name: str) -> None:
         handler = logging.FileHandler(log_file)
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s"))
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -266,7 +266,9 @@ def _plain_items(value: Any, t: type, depth: int = 2) -> bool:
             if type(k) not in plain:
                 return False
             tv = type(v)
-            if tv not in plain and not (depth and tv in containers and _plain_items(v, tv, depth - 1)):
+            if tv not in plain and not (
+                depth and tv in containers and _plain_items(v, tv, depth - 1)
+            ):
                 return False
         return True
     for x in value:

@@ -88,7 +88,9 @@ class ActorPool:
         self._return_actor(actor)
         return nbcluster.get(future)
 
-    def get_next_unordered(self, timeout: float | None = None, ignore_if_timedout: bool = False) -> Any:
+    def get_next_unordered(
+        self, timeout: float | None = None, ignore_if_timedout: bool = False
+    ) -> Any:
         """The next result to finish, whatever its order (raises the call's error, if any)."""
         if not self.has_next():
             raise StopIteration("No more results to get")

@@ -1,9 +1,9 @@
 """Placement groups: reserve bundles of resources across nodes, all or nothing.
 
-    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
-    nbcluster.get(pg.ready())             # or pg.wait(timeout_seconds=10)
-    f.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0)).remote()
-    remove_placement_group(pg)           # ends the tasks and actors running in it
+pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+nbcluster.get(pg.ready())             # or pg.wait(timeout_seconds=10)
+f.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0)).remote()
+remove_placement_group(pg)           # ends the tasks and actors running in it
 """
 
 from __future__ import annotations
@@ -72,10 +72,17 @@ def _check_bundles(bundles: Any) -> list[dict[str, float]]:
     out = []
     for i, b in enumerate(bundles):
         if not isinstance(b, dict) or not b:
-            raise ValueError(f"bundle {i} must be a non-empty dict of resource -> amount, got {b!r}")
+            raise ValueError(
+                f"bundle {i} must be a non-empty dict of resource -> amount, got {b!r}"
+            )
         clean: dict[str, float] = {}
         for k, v in b.items():
-            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            if (
+                not isinstance(k, str)
+                or isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or v < 0
+            ):
                 raise ValueError(f"bundle {i}: {k!r} must map to a non-negative number, got {v!r}")
             if v > 0:
                 clean[k] = float(v)
@@ -118,7 +125,9 @@ def placement_group(
     )
     try:
         client.run(
-            lambda: client.head().CreatePlacementGroup(pb.CreatePlacementGroupRequest(pg=info), timeout=10)
+            lambda: client.head().CreatePlacementGroup(
+                pb.CreatePlacementGroupRequest(pg=info), timeout=10
+            )
         )
     except RpcError as err:
         if err.code().name == "ALREADY_EXISTS":
@@ -130,11 +139,15 @@ def placement_group(
 def remove_placement_group(pg: PlacementGroup) -> None:
     """Release the group's resources; tasks and actors running in it are ended."""
     if not isinstance(pg, PlacementGroup):
-        raise TypeError(f"remove_placement_group() expects a PlacementGroup, got {type(pg).__name__}")
+        raise TypeError(
+            f"remove_placement_group() expects a PlacementGroup, got {type(pg).__name__}"
+        )
     client = context.require_client()
     try:
         client.run(
-            lambda: client.head().RemovePlacementGroup(pb.PlacementGroupRequest(pg_id=pg.id), timeout=30)
+            lambda: client.head().RemovePlacementGroup(
+                pb.PlacementGroupRequest(pg_id=pg.id), timeout=30
+            )
         )
     except RpcError as err:
         raise to_exception(err, Peer.HEAD, "RemovePlacementGroup") from None
@@ -176,7 +189,9 @@ def placement_group_table(pg: PlacementGroup | None = None) -> dict[str, Any]:
     try:
         if pg is not None:
             info = client.run(
-                lambda: client.head().GetPlacementGroup(pb.PlacementGroupRequest(pg_id=pg.id), timeout=10)
+                lambda: client.head().GetPlacementGroup(
+                    pb.PlacementGroupRequest(pg_id=pg.id), timeout=10
+                )
             )
             return _row(info)
         reply = client.run(lambda: client.head().ListPlacementGroups(pb.Empty(), timeout=10))

@@ -32,7 +32,9 @@ class NodeAffinitySchedulingStrategy:
         try:
             bytes.fromhex(self.node_id)
         except ValueError:
-            raise ValueError(f"node_id must be hex, as returned by nodes(); got {self.node_id!r}") from None
+            raise ValueError(
+                f"node_id must be hex, as returned by nodes(); got {self.node_id!r}"
+            ) from None
         if not isinstance(self.soft, bool):
             raise TypeError(f"soft must be a bool, got {self.soft!r}")
 

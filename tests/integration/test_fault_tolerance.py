@@ -38,7 +38,9 @@ def _other_node() -> str:
     return next(n["NodeID"] for n in nbcluster.nodes() if n["Alive"] and n["NodeID"] != me)
 
 
-def test_f09_lost_task_output_is_rebuilt_and_put_object_is_lost(cluster, fast_failure_detection) -> None:
+def test_f09_lost_task_output_is_rebuilt_and_put_object_is_lost(
+    cluster, fast_failure_detection
+) -> None:
     cluster(num_cpus=1, _nodes=2)
     other = _other_node()
     runs = Path(local_cluster().session_dir) / "runs.txt"
@@ -58,7 +60,8 @@ def test_f09_lost_task_output_is_rebuilt_and_put_object_is_lost(cluster, fast_fa
     # A second loss is past the retry budget.
     local_cluster().add_node(num_cpus=1)
     third = next(
-        n["NodeID"] for n in nbcluster.nodes()
+        n["NodeID"]
+        for n in nbcluster.nodes()
         if n["Alive"] and n["NodeID"] not in (nbcluster.get_runtime_context().get_node_id(),)
     )
     out2 = make.options(scheduling_strategy=NA(third), max_retries=0).remote(str(runs))
@@ -66,7 +69,6 @@ def test_f09_lost_task_output_is_rebuilt_and_put_object_is_lost(cluster, fast_fa
     os.kill(_node_pid(third), signal.SIGKILL)
     with pytest.raises(nbcluster.exceptions.ObjectReconstructionFailedError):
         nbcluster.get(out2, timeout=60)
-
 
 
 def test_f10_owner_death_gives_owner_died_error(shared_cluster) -> None:
@@ -88,7 +90,9 @@ def test_f10_owner_death_gives_owner_died_error(shared_cluster) -> None:
     assert time.monotonic() - start < 10
 
 
-def test_f11_head_restart_keeps_actors_and_recovers_named_ones(cluster, fast_failure_detection) -> None:
+def test_f11_head_restart_keeps_actors_and_recovers_named_ones(
+    cluster, fast_failure_detection
+) -> None:
     cluster(num_cpus=2)
     lc = local_cluster()
 
@@ -161,7 +165,9 @@ def test_l03_spilling_restores_every_object_then_full_store_errors(cluster, monk
         assert int(nbcluster.get(refs[i]).sum()) == sums[i]
     stats = nbcluster.nodes()[0]
     assert stats["ObjectStoreUsed"] <= 100 * 2**20
-    with pytest.raises(nbcluster.exceptions.ObjectStoreFullError, match="object_store_memory|spill"):
+    with pytest.raises(
+        nbcluster.exceptions.ObjectStoreFullError, match="object_store_memory|spill"
+    ):
         nbcluster.put(np.zeros(200 * 2**20 // 8))
 
 

@@ -608,6 +608,7 @@ def test_a_detached_group_outlives_its_driver_and_a_plain_one_does_not(c3, tmp_p
         dropped = placement_group([{{"CPU": 1}}], name="dropped")
         assert kept.wait(30) and dropped.wait(30)
         print("ready", flush=True)
+        nbcluster.shutdown()  # the driver detaches: its job finishes
         """
     )
     done = subprocess.run(

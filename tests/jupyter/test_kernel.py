@@ -129,17 +129,36 @@ def test_interrupt_with_keep_policy_leaves_tasks_running(kernel):
     k.run("assert nbcluster.get(ref, timeout=30) == 3")
 
 
+BUSY = """
+import time
+import nbcluster
+
+@nbcluster.remote
+def g(x):
+    return x * 2
+
+@nbcluster.remote
+def sleeper():
+    time.sleep(60)
+
+@nbcluster.remote
+class Pinger:
+    def ping(self):
+        return "pong"
+
+assert nbcluster.get(g.remote(21)) == 42
+in_flight = [sleeper.remote() for _ in range(1000)]
+actors = [Pinger.remote() for _ in range(10)]
+assert nbcluster.get([a.ping.remote() for a in actors], timeout=120) == ["pong"] * 10
+"""
+
+
 def test_cluster_dies_with_a_killed_kernel_and_a_new_kernel_can_start_one(kernel):
     k = kernel()
     session_dir = k.start_cluster()
-    k.run(
-        "import nbcluster\n"
-        "@nbcluster.remote\n"
-        "def g(x):\n"
-        "    return x * 2\n"
-        "assert nbcluster.get(g.remote(21)) == 42"
-    )
-    assert cluster_processes(session_dir), "the cluster should be running"
+    # J01: 1,000 tasks in flight (2 running, the rest queued) and 10 actors alive.
+    k.run(BUSY, timeout=180)
+    assert len(cluster_processes(session_dir)) >= 12, "head, node, workers and actors"
     kill_process(k.pid, signal.SIGKILL)
     assert_no_processes(session_dir, timeout=10)
 
@@ -151,7 +170,9 @@ def test_cluster_dies_with_a_killed_kernel_and_a_new_kernel_can_start_one(kernel
         "@nbcluster.remote\n"
         "def seven():\n"
         "    return 7\n"
-        "assert nbcluster.get(seven.remote()) == 7"
+        "assert nbcluster.get(seven.remote()) == 7\n"
+        "%cluster start\n"
+        "assert nbcluster.get(seven.remote()) == 7\n"
     )
 
 

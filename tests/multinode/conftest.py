@@ -93,7 +93,9 @@ class Hosts:
         threading.Thread(target=pump, daemon=True).start()
         return p
 
-    def run(self, i: int, argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, i: int, argv: list[str], env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command to completion inside host ``i``'s namespace."""
         return subprocess.run(
             ["ip", "netns", "exec", self.names[i], *argv],
@@ -141,7 +143,20 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
         for i, ns in enumerate(names):
             _ip("netns", "add", ns)
             created.append(ns)
-            _ip("link", "add", f"v{prefix}{i}", "netns", sw, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip(
+                "link",
+                "add",
+                f"v{prefix}{i}",
+                "netns",
+                sw,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            )
             _ip("-n", sw, "link", "set", f"v{prefix}{i}", "master", "br0", "up")
             _ip("-n", ns, "addr", "add", f"{h.addr(i)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")

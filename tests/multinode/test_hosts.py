@@ -39,23 +39,50 @@ def _wait_line(hosts: Hosts, p: subprocess.Popen[str], needle: str, timeout: flo
             break
         time.sleep(0.05)
     text = "".join(lines)
-    raise AssertionError(f"{needle!r} not printed within {timeout}s (exit {p.poll()}): {text[-3000:]}")
+    raise AssertionError(
+        f"{needle!r} not printed within {timeout}s (exit {p.poll()}): {text[-3000:]}"
+    )
 
 
 def _start_cluster(hosts: Hosts, tmp: Path) -> str:
     head_addr = f"{hosts.addr(0)}:{PORT}"
     head = hosts.spawn(
         0,
-        [python(), "-m", "nbcluster.cli", "start", "--head", "--host", hosts.addr(0), "--port", str(PORT),
-         "--num-cpus", "1", "--block"],
+        [
+            python(),
+            "-m",
+            "nbcluster.cli",
+            "start",
+            "--head",
+            "--host",
+            hosts.addr(0),
+            "--port",
+            str(PORT),
+            "--num-cpus",
+            "1",
+            "--block",
+        ],
         hosts.env(0, tmp),
     )
     _wait_line(hosts, head, "nbcluster head started at")
     for i in (1, 2):
         node = hosts.spawn(
             i,
-            [python(), "-m", "nbcluster.cli", "start", "--address", head_addr, "--node-name", f"host{i}",
-             "--host", hosts.addr(i), "--num-cpus", "1", "--block"],
+            [
+                python(),
+                "-m",
+                "nbcluster.cli",
+                "start",
+                "--address",
+                head_addr,
+                "--node-name",
+                f"host{i}",
+                "--host",
+                hosts.addr(i),
+                "--num-cpus",
+                "1",
+                "--block",
+            ],
             hosts.env(i, tmp),
         )
         _wait_line(hosts, node, "nbcluster node joined")
@@ -134,7 +161,11 @@ nbcluster.shutdown()
 
 
 def _node_manager_pid(cli_pid: int) -> int:
-    kids = [c for c in psutil.Process(cli_pid).children() if "nbcluster._runtime.node.main" in " ".join(c.cmdline())]
+    kids = [
+        c
+        for c in psutil.Process(cli_pid).children()
+        if "nbcluster._runtime.node.main" in " ".join(c.cmdline())
+    ]
     assert kids, "the node manager process of the joined node was not found"
     return kids[0].pid
 
@@ -146,7 +177,9 @@ def test_hung_node_is_declared_dead_its_task_reruns_elsewhere_and_it_is_fenced(
     node2_cli = hosts.procs[2]
     nm_pid = _node_manager_pid(node2_cli.pid)
     trace = tmp_path / "attempts.txt"
-    drv = hosts.spawn(1, [python(), "-c", HANG_DRIVER, head_addr, str(trace)], hosts.env(1, tmp_path))
+    drv = hosts.spawn(
+        1, [python(), "-c", HANG_DRIVER, head_addr, str(trace)], hosts.env(1, tmp_path)
+    )
     _wait_line(hosts, drv, "SUBMITTED")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (trace.exists() and trace.read_text().strip()):

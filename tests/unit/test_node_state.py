@@ -10,8 +10,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-import pytest
-
 from nbcluster._runtime.node.state import (
     Grant,
     Instruction,

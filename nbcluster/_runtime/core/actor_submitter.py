@@ -56,7 +56,9 @@ class ActorSubmitter:
     def __init__(self, client: CoreClient) -> None:
         self.client = client
         self.conns: dict[bytes, ActorConn] = {}
-        self.pending_counts: dict[bytes, int] = collections.defaultdict(int)  # for max_pending_calls
+        self.pending_counts: dict[bytes, int] = collections.defaultdict(
+            int
+        )  # for max_pending_calls
         self.count_lock = threading.Lock()
         self.closed = False
 
@@ -127,13 +129,20 @@ class ActorSubmitter:
         while not self.closed:
             try:
                 info = await head().WaitActor(
-                    pb.WaitActorRequest(actor_id=conn.actor_id, after_version=conn.version, timeout=20.0),
+                    pb.WaitActorRequest(
+                        actor_id=conn.actor_id, after_version=conn.version, timeout=20.0
+                    ),
                     timeout=30,
                 )
             except RpcError as err:
                 failures += 1
                 if err.code().name == "NOT_FOUND":
-                    self._dead(conn, exc.ActorDiedError(conn.actor_id.hex(), reason="the head has no such actor"))
+                    self._dead(
+                        conn,
+                        exc.ActorDiedError(
+                            conn.actor_id.hex(), reason="the head has no such actor"
+                        ),
+                    )
                     return
                 await asyncio.sleep(min(0.2 * failures, 2.0))
                 continue
@@ -145,7 +154,11 @@ class ActorSubmitter:
             if info.state == DEAD:
                 self._dead(conn, _death_error(info))
                 return
-            if info.state == ALIVE and info.address and (info.address != conn.address or conn.call is None):
+            if (
+                info.state == ALIVE
+                and info.address
+                and (info.address != conn.address or conn.call is None)
+            ):
                 self._connect(conn, info.address)
             elif info.state != ALIVE:
                 conn.state = info.state

@@ -99,7 +99,9 @@ class CoreClient:
         """Start the I/O thread, our CoreWorker server, and learn the local node."""
         _raise_fd_limit()  # every mapped store object holds a descriptor
         ready = threading.Event()
-        self.thread = threading.Thread(target=self._run_loop, args=(ready,), name="nbcluster-io", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run_loop, args=(ready,), name="nbcluster-io", daemon=True
+        )
         self.thread.start()
         ready.wait()
         self.run(self._start_async(servicer_factory))
@@ -118,7 +120,9 @@ class CoreClient:
         self.table.address = self.address
         await self.server.start()
 
-    def run(self, coro: Coroutine[Any, Any, T] | Callable[[], Any], timeout: float | None = None) -> T:
+    def run(
+        self, coro: Coroutine[Any, Any, T] | Callable[[], Any], timeout: float | None = None
+    ) -> T:
         """Run a coroutine, or a zero-argument callable returning an awaitable (an RPC call,
         which must be created on the loop), on the I/O loop and wait for its result."""
         if threading.current_thread() is self.thread:
@@ -230,10 +234,14 @@ class CoreClient:
         by_owner: dict[str, list[bytes]] = {}
         for addr, oid in unborrows:
             by_owner.setdefault(addr, []).append(oid)
-        calls = [self.node(a).FreeObjects(pb.ObjectIds(object_ids=ids), timeout=10) for a, ids in by_node.items()]
+        calls = [
+            self.node(a).FreeObjects(pb.ObjectIds(object_ids=ids), timeout=10)
+            for a, ids in by_node.items()
+        ]
         calls += [
             self.core(a).UpdateBorrows(
-                pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=False), timeout=10
+                pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=False),
+                timeout=10,
             )
             for a, ids in by_owner.items()
         ]
@@ -255,7 +263,8 @@ class CoreClient:
         async def _send() -> None:
             calls = [
                 self.core(owner).UpdateBorrows(
-                    pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=True), timeout=10
+                    pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=True),
+                    timeout=10,
                 )
                 for owner, ids in by_owner.items()
             ]
@@ -264,18 +273,25 @@ class CoreClient:
         return _send()
 
     # -- put -------------------------------------------------------------------------------
-    def put_serialized(self, sv: SerializedValue, object_id: bytes | None = None) -> tuple[bytes, Entry]:
+    def put_serialized(
+        self, sv: SerializedValue, object_id: bytes | None = None
+    ) -> tuple[bytes, Entry]:
         """Store a serialized value as a new owned object; return its id and entry."""
         oid = object_id or (self.next_task_id() + (0).to_bytes(4, "big"))
         if sv.contained_refs:
-            self.table.mark_escaped([r.binary() for r in sv.contained_refs if r.owner_address == self.address])
+            self.table.mark_escaped(
+                [r.binary() for r in sv.contained_refs if r.owner_address == self.address]
+            )
         entry = self.table.create_owned(oid)
         if sv.total_size <= self.config.max_inline_bytes:
             entry.set_ready(data=sv.to_bytes())
         else:
             self.write_to_store(oid, sv)
             entry.set_ready(
-                in_store=True, size=sv.total_size, node_id=self.node_id, node_address=self.node_address
+                in_store=True,
+                size=sv.total_size,
+                node_id=self.node_id,
+                node_address=self.node_address,
             )
         return oid, entry
 
@@ -284,17 +300,21 @@ class CoreClient:
         try:
             self.run(
                 lambda: self.node().CreateObject(
-                    pb.CreateObjectRequest(object_id=object_id, size=sv.total_size, owner_address=self.address),
+                    pb.CreateObjectRequest(
+                        object_id=object_id, size=sv.total_size, owner_address=self.address
+                    ),
                     timeout=60,
                 )
             )
         except RpcError as err:
             raise to_exception(err, Peer.NODE, "CreateObject") from None
-        try:
+        with contextlib.suppress(FileExistsError):  # a retried task wrote it already
             objstore.write_object(self.store_dir, object_id, sv)
-        except FileExistsError:
-            pass  # a retried task wrote the same object again: it is already stored
-        self.run(lambda: self.node().SealObject(pb.SealObjectRequest(object_id=object_id, size=sv.total_size), timeout=60))
+        self.run(
+            lambda: self.node().SealObject(
+                pb.SealObjectRequest(object_id=object_id, size=sv.total_size), timeout=60
+            )
+        )
 
     # -- reading values ------------------------------------------------------------------------
     def value_of(self, object_id: bytes, entry: Entry) -> Any:
@@ -335,15 +355,20 @@ class CoreClient:
                 if "UNAVAILABLE" in (err.details() or "") or err.code().name == "UNAVAILABLE":
                     raise SourceUnavailable(entry.node_address) from None
                 raise exc.ObjectLostError(
-                    object_id.hex(), f"could not fetch it from node {entry.node_address}: {err.details()}"
+                    object_id.hex(),
+                    f"could not fetch it from node {entry.node_address}: {err.details()}",
                 ) from None
             buf = objstore.read_object(self.store_dir, object_id)
         if buf is None:
-            reply = self.run(lambda: self.node().GetObjectInfo(pb.ObjectIds(object_ids=[object_id]), timeout=60))
+            reply = self.run(
+                lambda: self.node().GetObjectInfo(pb.ObjectIds(object_ids=[object_id]), timeout=60)
+            )
             if reply.found:
                 buf = objstore.read_object(self.store_dir, object_id)
         if buf is None:
-            raise exc.ObjectLostError(object_id.hex(), "the object is no longer in the node's store")
+            raise exc.ObjectLostError(
+                object_id.hex(), "the object is no longer in the node's store"
+            )
         return buf
 
     def get_value(self, ref: Any, entry: Entry, deadline: float | None) -> Any:
@@ -354,7 +379,9 @@ class CoreClient:
             except SourceUnavailable as e:
                 entry = self._await_relocation(ref, entry, e.address, deadline)
 
-    def _await_relocation(self, ref: Any, entry: Entry, address: str, deadline: float | None) -> Entry:
+    def _await_relocation(
+        self, ref: Any, entry: Entry, address: str, deadline: float | None
+    ) -> Entry:
         limit = time.monotonic() + self.config.node_death_timeout_s * 2 + 10
         if deadline is not None:
             limit = min(limit, deadline)
@@ -391,7 +418,9 @@ class CoreClient:
                 entry = self.table.entries.get(ref._id)
                 if entry is None:  # a ref whose client was a previous session
                     entry = Entry(False, ref._owner)
-                    entry.set_ready(exc=exc.ObjectLostError(ref.hex(), "the ref belongs to a finished session"))
+                    entry.set_ready(
+                        exc=exc.ObjectLostError(ref.hex(), "the ref belongs to a finished session")
+                    )
                 elif not entry.owned and entry.state == PENDING and not entry.fetching:
                     entry.fetching = True
                     to_fetch.append((ref._id, entry))
@@ -419,7 +448,8 @@ class CoreClient:
                 self._finish_borrowed(
                     entry,
                     exc=exc.OwnerDiedError(
-                        object_id.hex(), f"the owner {owner} of this object died or cannot be reached"
+                        object_id.hex(),
+                        f"the owner {owner} of this object died or cannot be reached",
                     ),
                 )
                 return
@@ -437,7 +467,8 @@ class CoreClient:
                 return
             if reply.status in (pb.ObjectStatusReply.FREED, pb.ObjectStatusReply.UNKNOWN):
                 self._finish_borrowed(
-                    entry, exc=exc.ObjectLostError(object_id.hex(), "the owner no longer has this object")
+                    entry,
+                    exc=exc.ObjectLostError(object_id.hex(), "the owner no longer has this object"),
                 )
                 return
 
@@ -523,7 +554,8 @@ class CoreClient:
         version = 0
         while not self.closed:
             info = await self.head().WaitPlacementGroup(
-                pb.PlacementGroupRequest(pg_id=pg_id, after_version=version, timeout=20.0), timeout=30
+                pb.PlacementGroupRequest(pg_id=pg_id, after_version=version, timeout=20.0),
+                timeout=30,
             )
             version = info.version
             if info.state != pb.PlacementGroupInfo.PENDING:
@@ -549,7 +581,11 @@ class CoreClient:
                 if info.state == pb.PlacementGroupInfo.CREATED:
                     kwargs: dict[str, Any] = {"data": serialize(True).to_bytes()}
                 else:
-                    kwargs = {"exc": exc.NbclusterError("the placement group was removed before it was created")}
+                    kwargs = {
+                        "exc": exc.NbclusterError(
+                            "the placement group was removed before it was created"
+                        )
+                    }
             except RpcError as err:
                 kwargs = {"exc": to_exception(err, Peer.HEAD, "WaitPlacementGroup")}
             except asyncio.CancelledError:
@@ -585,7 +621,11 @@ class HeadRetry:
                 try:
                     return await method(*args, **kwargs)
                 except RpcError as err:
-                    if err.code().name != "UNAVAILABLE" or client.closed or time.monotonic() > deadline:
+                    if (
+                        err.code().name != "UNAVAILABLE"
+                        or client.closed
+                        or time.monotonic() > deadline
+                    ):
                         raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -615,7 +655,9 @@ def print_task_output(context: Any, name: str, record: Any) -> None:
         if not text.endswith("\n"):
             out.write("\n")
     if record.dropped_lines:
-        out.write(f"{prefix}[... {record.dropped_lines} more lines folded by the output rate limit ...]\n")
+        out.write(
+            f"{prefix}[... {record.dropped_lines} more lines folded by the output rate limit ...]\n"
+        )
     out.flush()
 
 
@@ -642,7 +684,9 @@ class CoreWorkerService(pb_grpc.CoreWorkerServicer):
     def __init__(self, client: CoreClient) -> None:
         self.client = client
 
-    async def GetObjectStatus(self, request: pb.ObjectStatusRequest, context: Any) -> pb.ObjectStatusReply:
+    async def GetObjectStatus(
+        self, request: pb.ObjectStatusRequest, context: Any
+    ) -> pb.ObjectStatusReply:
         client = self.client
         entry = client.table.get(request.object_id)
         if entry is None or not entry.owned:
@@ -657,7 +701,9 @@ class CoreWorkerService(pb_grpc.CoreWorkerServicer):
         return location_reply(request.object_id, entry)
 
     async def UpdateBorrows(self, request: pb.BorrowRequest, context: Any) -> pb.Empty:
-        release = self.client.table.update_borrowers(request.object_ids, request.borrower_address, request.add)
+        release = self.client.table.update_borrowers(
+            request.object_ids, request.borrower_address, request.add
+        )
         if release:
             self.client._queue_release(release)
         return pb.Empty()

@@ -225,7 +225,10 @@ class Submitter:
         for oid in rec.dep_ids:
             entry = table.get(oid)
             if entry is None:
-                self._fail(rec, exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran"))
+                self._fail(
+                    rec,
+                    exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran"),
+                )
                 return
             if entry.exc is not None:
                 self._fail(rec, entry.exc)
@@ -249,7 +252,11 @@ class Submitter:
         kq = self.keys.get(rec.key)
         if kq is None:
             kq = self.keys[rec.key] = KeyQueue(
-                rec.key, rec.resources, rec.strategy, pipeline=not rec.spec.max_calls, route=rec.route
+                rec.key,
+                rec.resources,
+                rec.strategy,
+                pipeline=not rec.spec.max_calls,
+                route=rec.route,
             )
         kq.queue.append(rec)
         touched.add(rec.key)
@@ -282,7 +289,9 @@ class Submitter:
                 if not queue:
                     break
         spare = sum(
-            max(0, depth - len(le.inflight)) for le in kq.leases if not (le.dead or le.exiting or le.returned)
+            max(0, depth - len(le.inflight))
+            for le in kq.leases
+            if not (le.dead or le.exiting or le.returned)
         )
         want = min(len(queue) - spare, MAX_LEASE_REQUESTS) - (len(kq.requests) - len(kq.cancelling))
         for i in range(max(0, want)):
@@ -453,7 +462,9 @@ class Submitter:
 
     async def _cancel_request(self, address: str, rid: bytes) -> None:
         with contextlib.suppress(RpcError):
-            await self.client.node(address).CancelWorkerLease(pb.CancelLeaseRequest(request_id=rid), timeout=5)
+            await self.client.node(address).CancelWorkerLease(
+                pb.CancelLeaseRequest(request_id=rid), timeout=5
+            )
 
     async def _reader(self, lease: Lease) -> None:
         call = lease.call
@@ -503,7 +514,9 @@ class Submitter:
             lease.kq.leases.remove(lease)
         with contextlib.suppress(Exception):
             lease.call.cancel()
-        self.client.loop.create_task(self._return_lease_rpc(lease.node_address, lease.lease_id, failed))
+        self.client.loop.create_task(
+            self._return_lease_rpc(lease.node_address, lease.lease_id, failed)
+        )
 
     async def _return_lease_rpc(self, address: str, lease_id: bytes, failed: bool) -> None:
         with contextlib.suppress(RpcError):
@@ -587,7 +600,9 @@ class Submitter:
             kq.queue.appendleft(rec)
             return
         duration = max(0.0, reply.end_time - reply.start_time)
-        kq.avg_duration = duration if kq.avg_duration == 1.0 else 0.8 * kq.avg_duration + 0.2 * duration
+        kq.avg_duration = (
+            duration if kq.avg_duration == 1.0 else 0.8 * kq.avg_duration + 0.2 * duration
+        )
         if reply.cancelled or (rec.cancelled and reply.is_error):
             self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
         elif reply.is_error and reply.retryable and rec.retries_left != 0 and not rec.cancelled:
@@ -696,7 +711,9 @@ class Submitter:
                 )
             return
         with contextlib.suppress(RpcError):
-            await client.core(lease.worker_address).CancelTask(pb.CancelTaskRequest(task_id=task_id), timeout=5)
+            await client.core(lease.worker_address).CancelTask(
+                pb.CancelTaskRequest(task_id=task_id), timeout=5
+            )
 
     # -- node failures -------------------------------------------------------------------------
     def ensure_node_watch(self) -> None:
@@ -712,13 +729,17 @@ class Submitter:
             while not self.closed:
                 await asyncio.sleep(interval)
                 try:
-                    reply = await client.head().GetNodes(pb.GetNodesRequest(include_dead=True), timeout=10)
+                    reply = await client.head().GetNodes(
+                        pb.GetNodesRequest(include_dead=True), timeout=10
+                    )
                 except RpcError:
                     continue
                 for n in reply.nodes:
                     if not n.alive and n.node_id not in self.dead_nodes:
                         self.dead_nodes.add(n.node_id)
-                        self.node_died(n.node_id, n.address, n.death_reason or "it stopped responding")
+                        self.node_died(
+                            n.node_id, n.address, n.death_reason or "it stopped responding"
+                        )
         finally:
             self.node_watch_running = False
 
@@ -734,7 +755,12 @@ class Submitter:
         lost: list[Entry] = []
         with table.lock:
             for oid, entry in table.entries.items():
-                if not (entry.owned and entry.state == READY and entry.in_store and entry.node_id == node_id):
+                if not (
+                    entry.owned
+                    and entry.state == READY
+                    and entry.in_store
+                    and entry.node_id == node_id
+                ):
                     continue
                 rec = entry.task
                 if isinstance(rec, TaskRecord) and rec.retries_left != 0 and not rec.cancelled:

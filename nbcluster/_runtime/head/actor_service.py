@@ -166,7 +166,9 @@ class ActorManager:
             node = self.channels.stub(address, "node")
             if rec is None or rec.state == DEAD:
                 with contextlib.suppress(RpcError):
-                    await node.ReturnWorkerLease(pb.ReturnLeaseRequest(lease_id=reply.lease_id), timeout=10)
+                    await node.ReturnWorkerLease(
+                        pb.ReturnLeaseRequest(lease_id=reply.lease_id), timeout=10
+                    )
                 return
             self.apply(
                 self.table.placed(
@@ -186,11 +188,17 @@ class ActorManager:
             spec.gpu_ids.extend(reply.gpu_ids)
             spec.attempt = rec.num_restarts
             try:
-                result = await self.channels.stub(reply.worker_address, "core").CreateActor(spec, timeout=None)
+                result = await self.channels.stub(reply.worker_address, "core").CreateActor(
+                    spec, timeout=None
+                )
             except RpcError as err:
                 log.info("actor %s creation call failed: %s", actor_id.hex()[:8], err.code().name)
                 # The worker died while running __init__: the death report (or this) restarts it.
-                self.apply(self.table.worker_died(reply.worker_id, "its process died during __init__", self.clock()))
+                self.apply(
+                    self.table.worker_died(
+                        reply.worker_id, "its process died during __init__", self.clock()
+                    )
+                )
                 return
             if result.is_error:
                 data = result.returns[0].data if result.returns else b""
@@ -227,7 +235,9 @@ class ActorManager:
         return None
 
     # -- RPC handlers ------------------------------------------------------------------------------
-    async def register(self, request: pb.RegisterActorRequest, context: grpc.aio.ServicerContext) -> pb.RegisterActorReply:
+    async def register(
+        self, request: pb.RegisterActorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterActorReply:
         spec = request.spec
         rec = ActorRecord(
             actor_id=spec.actor_id,
@@ -251,7 +261,9 @@ class ActorManager:
         self.apply(ins)
         return pb.RegisterActorReply(actor=actor_info(rec), existing=existed)
 
-    async def wait(self, request: pb.WaitActorRequest, context: grpc.aio.ServicerContext) -> pb.ActorInfo:
+    async def wait(
+        self, request: pb.WaitActorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActorInfo:
         rec = self.table.actors.get(request.actor_id)
         if rec is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such actor")
@@ -262,7 +274,9 @@ class ActorManager:
                 await asyncio.wait_for(fut, timeout=request.timeout or 30.0)
         return actor_info(rec)
 
-    async def named(self, request: pb.NamedActorRequest, context: grpc.aio.ServicerContext) -> pb.ActorInfo:
+    async def named(
+        self, request: pb.NamedActorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ActorInfo:
         rec = self.table.lookup(request.name, request.namespace)
         if rec is None:
             await context.abort(
@@ -271,7 +285,9 @@ class ActorManager:
             )
         return actor_info(rec)
 
-    async def kill(self, request: pb.KillActorRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+    async def kill(
+        self, request: pb.KillActorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
         self.apply(
             self.table.kill(
                 request.actor_id,

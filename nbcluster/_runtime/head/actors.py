@@ -83,7 +83,9 @@ class ActorTable:
         self.actors: dict[bytes, ActorRecord] = {}
         self.names: dict[tuple[str, str], bytes] = {}
 
-    def register(self, rec: ActorRecord, get_if_exists: bool = False) -> tuple[ActorRecord, bool, list[ActorInstruction]]:
+    def register(
+        self, rec: ActorRecord, get_if_exists: bool = False
+    ) -> tuple[ActorRecord, bool, list[ActorInstruction]]:
         """A new actor. Returns (record, existed, instructions)."""
         same = self.actors.get(rec.actor_id)
         if same is not None:  # a retried registration (its reply was lost)
@@ -116,8 +118,17 @@ class ActorTable:
         rec.version += 1
         return Changed(rec.actor_id)
 
-    def placed(self, actor_id: bytes, *, node_id: bytes, node_address: str, worker_id: bytes,
-               worker_pid: int, lease_id: bytes, address: str) -> list[ActorInstruction]:
+    def placed(
+        self,
+        actor_id: bytes,
+        *,
+        node_id: bytes,
+        node_address: str,
+        worker_id: bytes,
+        worker_pid: int,
+        lease_id: bytes,
+        address: str,
+    ) -> list[ActorInstruction]:
         """A worker was leased for the actor; its creation task is about to run there."""
         rec = self.actors.get(actor_id)
         if rec is None:
@@ -145,12 +156,21 @@ class ActorTable:
         rec = self.actors.get(actor_id)
         if rec is None:
             return []
-        out: list[ActorInstruction] = [StopWorker(rec.node_address, rec.worker_id)] if rec.worker_id else []
-        self._die(rec, "init_failed", "the actor died because of an error raised in its creation task", now)
+        out: list[ActorInstruction] = (
+            [StopWorker(rec.node_address, rec.worker_id)] if rec.worker_id else []
+        )
+        self._die(
+            rec,
+            "init_failed",
+            "the actor died because of an error raised in its creation task",
+            now,
+        )
         rec.init_error = error
         return [*out, self._bump(rec)]
 
-    def worker_died(self, worker_id: bytes, detail: str, now: float, kind: str = "process_died") -> list[ActorInstruction]:
+    def worker_died(
+        self, worker_id: bytes, detail: str, now: float, kind: str = "process_died"
+    ) -> list[ActorInstruction]:
         """The process hosting an actor ended: restart it if restarts remain."""
         for rec in self.actors.values():
             if rec.worker_id == worker_id and rec.state in (PENDING, ALIVE):
@@ -176,7 +196,9 @@ class ActorTable:
         self._die(rec, kind, f"the actor's process died{restarts}: {detail}", now)
         return [self._bump(rec)]
 
-    def kill(self, actor_id: bytes, no_restart: bool, reason: str, now: float, kind: str = "killed") -> list[ActorInstruction]:
+    def kill(
+        self, actor_id: bytes, no_restart: bool, reason: str, now: float, kind: str = "killed"
+    ) -> list[ActorInstruction]:
         """``nbcluster.kill`` (or out of scope / owner gone): stop the process; maybe restart."""
         rec = self.actors.get(actor_id)
         if rec is None or rec.state == DEAD:
@@ -191,14 +213,24 @@ class ActorTable:
         # a kill that allows restarts: the worker death report drives the restart
         return out
 
-    def owner_gone(self, owner_address: str = "", job_id: bytes = b"", now: float = 0.0) -> list[ActorInstruction]:
+    def owner_gone(
+        self, owner_address: str = "", job_id: bytes = b"", now: float = 0.0
+    ) -> list[ActorInstruction]:
         """The creator of non-detached actors died (or its job ended): they die too."""
         out: list[ActorInstruction] = []
         for rec in list(self.actors.values()):
             if rec.detached or rec.state == DEAD:
                 continue
-            if (owner_address and rec.owner_address == owner_address) or (job_id and rec.job_id == job_id):
-                out += self.kill(rec.actor_id, True, "the process that created it (its owner) has exited", now, "owner_died")
+            if (owner_address and rec.owner_address == owner_address) or (
+                job_id and rec.job_id == job_id
+            ):
+                out += self.kill(
+                    rec.actor_id,
+                    True,
+                    "the process that created it (its owner) has exited",
+                    now,
+                    "owner_died",
+                )
         return out
 
     def _die(self, rec: ActorRecord, kind: str, cause: str, now: float) -> None:

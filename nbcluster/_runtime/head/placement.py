@@ -23,7 +23,11 @@ from nbcluster._runtime.scheduling.policy import NodeView, bundle_resource_names
 
 log = logging.getLogger(__name__)
 
-PENDING, CREATED, REMOVED = pb.PlacementGroupInfo.PENDING, pb.PlacementGroupInfo.CREATED, pb.PlacementGroupInfo.REMOVED
+PENDING, CREATED, REMOVED = (
+    pb.PlacementGroupInfo.PENDING,
+    pb.PlacementGroupInfo.CREATED,
+    pb.PlacementGroupInfo.REMOVED,
+)
 
 
 class PlacementGroupManager:
@@ -72,11 +76,15 @@ class PlacementGroupManager:
                 fut.set_result(None)
 
     # -- RPCs ------------------------------------------------------------------------------
-    async def create(self, request: pb.CreatePlacementGroupRequest, context: grpc.aio.ServicerContext) -> pb.PlacementGroupInfo:
+    async def create(
+        self, request: pb.CreatePlacementGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PlacementGroupInfo:
         pg = pb.PlacementGroupInfo()
         pg.CopyFrom(request.pg)
         if not pg.bundles:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a placement group needs at least one bundle")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "a placement group needs at least one bundle"
+            )
         if pg.pg_id in self.groups:  # a retried request
             return self.groups[pg.pg_id]
         if pg.name:
@@ -95,7 +103,9 @@ class PlacementGroupManager:
         self.wake.set()
         return pg
 
-    async def wait(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext) -> pb.PlacementGroupInfo:
+    async def wait(
+        self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PlacementGroupInfo:
         pg = self.groups.get(request.pg_id)
         if pg is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such placement group")
@@ -106,7 +116,9 @@ class PlacementGroupManager:
                 await asyncio.wait_for(fut, timeout=request.timeout or 30.0)
         return pg
 
-    async def get(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext) -> pb.PlacementGroupInfo:
+    async def get(
+        self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PlacementGroupInfo:
         pg_id = request.pg_id or self.names.get((request.namespace, request.name), b"")
         pg = self.groups.get(pg_id)
         if pg is None or (request.name and pg.state == REMOVED):
@@ -114,7 +126,9 @@ class PlacementGroupManager:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no placement group {what}")
         return pg
 
-    async def remove(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+    async def remove(
+        self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
         pg = self.groups.get(request.pg_id)
         if pg is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such placement group")
@@ -157,7 +171,9 @@ class PlacementGroupManager:
                     log.exception("placing placement group %s failed", pg.pg_id.hex()[:8])
 
     def _views(self) -> list[NodeView]:
-        return [NodeView(n.node_id, n.address, n.total, n.available) for n in self.state.live_nodes()]
+        return [
+            NodeView(n.node_id, n.address, n.total, n.available) for n in self.state.live_nodes()
+        ]
 
     async def _try_place(self, pg: pb.PlacementGroupInfo) -> None:
         bundles = [dict(b.resources) for b in pg.bundles]
@@ -209,7 +225,9 @@ class PlacementGroupManager:
                     rec.available[k] = rec.available.get(k, 0.0) + v
         self._changed(pg)
 
-    async def _bundle_rpc(self, method: str, address: str, pg: pb.PlacementGroupInfo, index: int) -> Any:
+    async def _bundle_rpc(
+        self, method: str, address: str, pg: pb.PlacementGroupInfo, index: int
+    ) -> Any:
         stub = self.channels.stub(address, "node")
         req = pb.BundleRequest(pg_id=pg.pg_id, index=index, resources=pg.bundles[index].resources)
         try:

@@ -45,26 +45,45 @@ class ClientRelay:
             addr_file.unlink(missing_ok=True)
             log = open(self.session_dir / "logs" / "proxy.out", "ab")  # noqa: SIM115
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "nbcluster._runtime.proxy.main", "--session-dir", str(self.session_dir),
-                 "--token-file", self.token_file, "--head-address", self.head_address,
-                 "--parent-fd", str(self._pipe_r)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(self._pipe_r,),
+                [
+                    sys.executable,
+                    "-m",
+                    "nbcluster._runtime.proxy.main",
+                    "--session-dir",
+                    str(self.session_dir),
+                    "--token-file",
+                    self.token_file,
+                    "--head-address",
+                    self.head_address,
+                    "--parent-fd",
+                    str(self._pipe_r),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(self._pipe_r,),
                 start_new_session=True,
             )
             log.close()
             p = self.proc
-            text = await asyncio.to_thread(proc.wait_for_file, addr_file, 60, lambda: p.poll() is None)
+            text = await asyncio.to_thread(
+                proc.wait_for_file, addr_file, 60, lambda: p.poll() is None
+            )
             if self.channel is not None:
                 await self.channel.close()
             self.channel = make_channel(text.strip(), self.token)
-            self.call = self.channel.unary_unary(METHOD, request_serializer=None, response_deserializer=None)
+            self.call = self.channel.unary_unary(
+                METHOD, request_serializer=None, response_deserializer=None
+            )
             return self.call
 
     async def forward(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
             call = await self._ensure()
         except (RuntimeError, TimeoutError) as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"the client proxy could not start: {e}")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"the client proxy could not start: {e}"
+            )
         try:
             return await call(request, metadata=auth_metadata(self.token), timeout=None)
         except grpc.aio.AioRpcError as err:

@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
-from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.head.actor_service import ActorManager
 from nbcluster._runtime.head.placement import PlacementGroupManager
+from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,8 @@ class HeadStore:
 
     def put_job(self, job: JobRecord) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?, ?)", (job.job_id, _job_info(job).SerializeToString())
+            "INSERT OR REPLACE INTO jobs VALUES (?, ?)",
+            (job.job_id, _job_info(job).SerializeToString()),
         )
 
     def put_actor(self, rec: Any) -> None:
@@ -81,20 +82,33 @@ class HeadStore:
         )
         self.db.execute(
             "INSERT OR REPLACE INTO actors VALUES (?, ?, ?, ?)",
-            (rec.actor_id, actor_info(rec).SerializeToString(), rec.spec.SerializeToString(), extra),
+            (
+                rec.actor_id,
+                actor_info(rec).SerializeToString(),
+                rec.spec.SerializeToString(),
+                extra,
+            ),
         )
 
     def load_actors(self) -> list[tuple[pb.ActorInfo, pb.TaskSpec, dict[str, Any]]]:
         out = []
         for _aid, info, spec, extra in self.db.execute("SELECT id, info, spec, extra FROM actors"):
-            out.append((pb.ActorInfo.FromString(info), pb.TaskSpec.FromString(spec), json.loads(extra)))
+            out.append(
+                (pb.ActorInfo.FromString(info), pb.TaskSpec.FromString(spec), json.loads(extra))
+            )
         return out
 
     def put_pg(self, pg: pb.PlacementGroupInfo) -> None:
-        self.db.execute("INSERT OR REPLACE INTO placement_groups VALUES (?, ?)", (pg.pg_id, pg.SerializeToString()))
+        self.db.execute(
+            "INSERT OR REPLACE INTO placement_groups VALUES (?, ?)",
+            (pg.pg_id, pg.SerializeToString()),
+        )
 
     def load_pgs(self) -> list[pb.PlacementGroupInfo]:
-        return [pb.PlacementGroupInfo.FromString(b) for (b,) in self.db.execute("SELECT info FROM placement_groups")]
+        return [
+            pb.PlacementGroupInfo.FromString(b)
+            for (b,) in self.db.execute("SELECT info FROM placement_groups")
+        ]
 
     def put_dead_node(self, node_id: bytes, reason: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO dead_nodes VALUES (?, ?)", (node_id, reason))
@@ -184,13 +198,16 @@ class HeadService(pb_grpc.HeadServicer):
         self.dead_nodes = store.load_dead_nodes()
 
     # -- nodes --------------------------------------------------------------------------
-    async def RegisterNode(self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext):
+    async def RegisterNode(
+        self, request: pb.RegisterNodeRequest, context: grpc.aio.ServicerContext
+    ):
         n = request.node
         if len(n.node_id) != 16:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_id must be 16 bytes")
         if n.node_id in self.dead_nodes:
             await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, "this node id was declared dead; register under a new id"
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this node id was declared dead; register under a new id",
             )
         now = self.clock()
         self.state.register_node(
@@ -229,7 +246,9 @@ class HeadService(pb_grpc.HeadServicer):
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
-        died = self.state.unregister_node(request.node_id, request.reason or "node left the cluster")
+        died = self.state.unregister_node(
+            request.node_id, request.reason or "node left the cluster"
+        )
         if died is not None:
             self.node_died(died.node_id, died.reason)
         return pb.Empty()
@@ -272,7 +291,9 @@ class HeadService(pb_grpc.HeadServicer):
         return pb.KVReply(keys=self.state.kv_keys(request.ns, request.prefix))
 
     # -- functions ----------------------------------------------------------------------
-    async def ExportFunction(self, request: pb.ExportFunctionRequest, context: grpc.aio.ServicerContext):
+    async def ExportFunction(
+        self, request: pb.ExportFunctionRequest, context: grpc.aio.ServicerContext
+    ):
         if self.state.export_function(request.function_id, request.name, request.payload):
             self.store.put_function(request.function_id, request.name, request.payload)
         return pb.Empty()
@@ -311,7 +332,9 @@ class HeadService(pb_grpc.HeadServicer):
             await asyncio.sleep(interval)
             for job in [j for j in self.state.jobs.values() if j.alive]:
                 try:
-                    await self.channels.stub(job.driver_address, "core").Ping(pb.Empty(), timeout=interval)
+                    await self.channels.stub(job.driver_address, "core").Ping(
+                        pb.Empty(), timeout=interval
+                    )
                     misses.pop(job.job_id, None)
                 except grpc.aio.AioRpcError:
                     misses[job.job_id] = misses.get(job.job_id, 0) + 1
@@ -321,7 +344,9 @@ class HeadService(pb_grpc.HeadServicer):
                         self.finish_job(job.job_id)
 
     # -- actors -------------------------------------------------------------------------
-    async def RegisterActor(self, request: pb.RegisterActorRequest, context: grpc.aio.ServicerContext):
+    async def RegisterActor(
+        self, request: pb.RegisterActorRequest, context: grpc.aio.ServicerContext
+    ):
         return await self.actors.register(request, context)
 
     async def WaitActor(self, request: pb.WaitActorRequest, context: grpc.aio.ServicerContext):
@@ -336,21 +361,31 @@ class HeadService(pb_grpc.HeadServicer):
     async def ListActors(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         return self.actors.list()
 
-    async def ReportWorkerDeath(self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext):
+    async def ReportWorkerDeath(
+        self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext
+    ):
         self.actors.worker_died(request)
         return pb.Empty()
 
     # -- placement groups ------------------------------------------------------------------
-    async def CreatePlacementGroup(self, request: pb.CreatePlacementGroupRequest, context: grpc.aio.ServicerContext):
+    async def CreatePlacementGroup(
+        self, request: pb.CreatePlacementGroupRequest, context: grpc.aio.ServicerContext
+    ):
         return await self.placement.create(request, context)
 
-    async def WaitPlacementGroup(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext):
+    async def WaitPlacementGroup(
+        self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext
+    ):
         return await self.placement.wait(request, context)
 
-    async def GetPlacementGroup(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext):
+    async def GetPlacementGroup(
+        self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext
+    ):
         return await self.placement.get(request, context)
 
-    async def RemovePlacementGroup(self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext):
+    async def RemovePlacementGroup(
+        self, request: pb.PlacementGroupRequest, context: grpc.aio.ServicerContext
+    ):
         return await self.placement.remove(request, context)
 
     async def ListPlacementGroups(self, request: pb.Empty, context: grpc.aio.ServicerContext):
@@ -360,11 +395,15 @@ class HeadService(pb_grpc.HeadServicer):
         return pb.GetJobsReply(jobs=[_job_info(j) for j in self.state.jobs.values()])
 
     # -- task events --------------------------------------------------------------------
-    async def ReportTaskEvents(self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext):
+    async def ReportTaskEvents(
+        self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext
+    ):
         self.state.add_task_events(request.events)
         return pb.Empty()
 
-    async def GetTaskEvents(self, request: pb.GetTaskEventsRequest, context: grpc.aio.ServicerContext):
+    async def GetTaskEvents(
+        self, request: pb.GetTaskEventsRequest, context: grpc.aio.ServicerContext
+    ):
         events = list(self.state.task_events)
         if request.job_id:
             events = [e for e in events if e.job_id == request.job_id]

@@ -53,22 +53,30 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     token = proc.read_token(args.token_file)
     node_id = bytes.fromhex(args.node_id) if args.node_id else proc.new_id()
     name = args.node_name or socket.gethostname()
-    proc.setup_logging(config.log_level, session_dir / "logs" / f"node-{node_id.hex()[:8]}.log", "node")
+    proc.setup_logging(
+        config.log_level, session_dir / "logs" / f"node-{node_id.hex()[:8]}.log", "node"
+    )
     if not is_loopback(args.host) and not args.allow_external:
         raise SystemExit(f"refusing to listen on {args.host}: pass --allow-external")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
-    head_address = args.head_address or proc.wait_for_file(
-        session_dir / proc.HEAD_ADDRESS_FILE, timeout=30
-    ).strip()
+    head_address = (
+        args.head_address
+        or proc.wait_for_file(session_dir / proc.HEAD_ADDRESS_FILE, timeout=30).strip()
+    )
 
     resources = detect_resources(args)
-    capacity = args.object_store_memory or config.object_store_memory or objstore.default_store_capacity(
-        config.store_base_dir
+    capacity = (
+        args.object_store_memory
+        or config.object_store_memory
+        or objstore.default_store_capacity(config.store_base_dir)
     )
     store_dir, file_backed = objstore.prepare_store_dir(
-        session_dir.name, node_id.hex(), capacity, base_dir=config.store_base_dir,
+        session_dir.name,
+        node_id.hex(),
+        capacity,
+        base_dir=config.store_base_dir,
         fallback_dir=str(session_dir / "store"),
     )
     spill_dir = config.spill_dir or str(session_dir / "spill" / node_id.hex())
@@ -77,7 +85,9 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
     port = bind(server, args.host, args.port)
     address = f"{args.host}:{port}"
-    prestart = config.worker_prestart if config.worker_prestart is not None else int(resources["CPU"])
+    prestart = (
+        config.worker_prestart if config.worker_prestart is not None else int(resources["CPU"])
+    )
     state = NodeState(node_id, address, resources, prestart=prestart)
     service = NodeService(
         state,
@@ -120,8 +130,15 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     node_file = nodes_dir / f"{node_id.hex()}.json"
     proc.write_atomic(
         node_file,
-        json.dumps({"node_id": node_id.hex(), "address": address, "pid": os.getpid(), "name": name,
-                    "store_dir": store_dir}),
+        json.dumps(
+            {
+                "node_id": node_id.hex(),
+                "address": address,
+                "pid": os.getpid(),
+                "name": name,
+                "store_dir": store_dir,
+            }
+        ),
     )
     proc.install_signal_handlers(loop, stop.set)
     if args.parent_fd >= 0:

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import grpc
 
-from nbcluster._runtime.node.state import Grant, Instruction, KillWorker, NodeState, Redirect, StartWorker
+from nbcluster._runtime.node.state import (
+    Grant,
+    Instruction,
+    KillWorker,
+    NodeState,
+    Redirect,
+    StartWorker,
+)
 from nbcluster._runtime.node.zygote import Zygote, decode_status
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
@@ -200,7 +207,11 @@ class NodeService(pb_grpc.NodeManagerServicer):
                 fut = self.waiters.pop(ins.request_id, None)
                 if fut is not None and not fut.done():
                     fut.set_result(
-                        pb.LeaseReply(status=_STATUS[ins.status], spill_address=ins.address, message=ins.message)
+                        pb.LeaseReply(
+                            status=_STATUS[ins.status],
+                            spill_address=ins.address,
+                            message=ins.message,
+                        )
                     )
             elif isinstance(ins, StartWorker):
                 assert self.workers is not None
@@ -236,7 +247,10 @@ class NodeService(pb_grpc.NodeManagerServicer):
         with contextlib.suppress(RpcError):
             await self.head_stub.ReportWorkerDeath(
                 pb.WorkerDeathReport(
-                    node_id=self.state.node_id, worker_id=worker_id, worker_address=address, detail=detail
+                    node_id=self.state.node_id,
+                    worker_id=worker_id,
+                    worker_address=address,
+                    detail=detail,
                 ),
                 timeout=10,
             )
@@ -270,15 +284,21 @@ class NodeService(pb_grpc.NodeManagerServicer):
             self.apply(self.state.cancel_request(rid))
             raise
 
-    async def CancelWorkerLease(self, request: pb.CancelLeaseRequest, context: grpc.aio.ServicerContext):
+    async def CancelWorkerLease(
+        self, request: pb.CancelLeaseRequest, context: grpc.aio.ServicerContext
+    ):
         self.apply(self.state.cancel_request(request.request_id))
         return pb.Empty()
 
-    async def ReturnWorkerLease(self, request: pb.ReturnLeaseRequest, context: grpc.aio.ServicerContext):
+    async def ReturnWorkerLease(
+        self, request: pb.ReturnLeaseRequest, context: grpc.aio.ServicerContext
+    ):
         self.apply(self.state.return_lease(request.lease_id, request.worker_failed))
         return pb.Empty()
 
-    async def RegisterWorker(self, request: pb.WorkerRegisterRequest, context: grpc.aio.ServicerContext):
+    async def RegisterWorker(
+        self, request: pb.WorkerRegisterRequest, context: grpc.aio.ServicerContext
+    ):
         self.apply(self.state.worker_registered(request.worker_id, request.pid, request.address))
         return pb.WorkerRegisterReply(
             node_id=self.state.node_id,
@@ -292,10 +312,14 @@ class NodeService(pb_grpc.NodeManagerServicer):
         return pb.Empty()
 
     # -- objects -----------------------------------------------------------------------------
-    async def CreateObject(self, request: pb.CreateObjectRequest, context: grpc.aio.ServicerContext):
+    async def CreateObject(
+        self, request: pb.CreateObjectRequest, context: grpc.aio.ServicerContext
+    ):
         decision = self.store.create(request.object_id, request.size, request.owner_address)
         if not decision.ok:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}"
+            )
         self._make_room(decision.spill, decision.evict)
         return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
 
@@ -339,7 +363,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
                 break
             await asyncio.sleep(0.01)
         if access.status == "full":
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {access.message}")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {access.message}"
+            )
         if access.restore:
             self._make_room(access.spill, access.evict)
             try:
@@ -350,7 +376,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
             if not self.store.mark_restored(oid):
                 objstore.delete_object(self.store_dir, oid)
                 return pb.ObjectInfoReply(found=False)
-        return pb.ObjectInfoReply(found=True, path=objstore.object_path(self.store_dir, oid), size=access.size)
+        return pb.ObjectInfoReply(
+            found=True, path=objstore.object_path(self.store_dir, oid), size=access.size
+        )
 
     async def ReadObject(self, request: pb.ReadObjectRequest, context: grpc.aio.ServicerContext):
         """Stream our copy of an object in chunks (restoring it from spill first)."""
@@ -383,7 +411,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
         try:
             return await asyncio.shield(pending)
         except RpcError as err:
-            await context.abort(err.code(), f"fetching from {request.from_address}: {err.details()}")
+            await context.abort(
+                err.code(), f"fetching from {request.from_address}: {err.details()}"
+            )
         except OSError as err:
             await context.abort(grpc.StatusCode.INTERNAL, f"fetching the object failed: {err}")
 
@@ -416,7 +446,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
             raise
         self.store.seal(oid)
         self.fetched_bytes += request.size
-        return pb.ObjectInfoReply(found=True, path=objstore.object_path(self.store_dir, oid), size=request.size)
+        return pb.ObjectInfoReply(
+            found=True, path=objstore.object_path(self.store_dir, oid), size=request.size
+        )
 
     async def GetStoreStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         return self.store_stats()
@@ -461,7 +493,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def GetNodeStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         st = self.state
         return pb.NodeStatsReply(
-            node=pb.NodeInfo(node_id=st.node_id, address=st.address, total=st.total, available=st.available),
+            node=pb.NodeInfo(
+                node_id=st.node_id, address=st.address, total=st.total, available=st.available
+            ),
             idle_workers=len(st.idle),
             leased_workers=len(st.leases),
             pending_leases=len(st.pending),
@@ -470,7 +504,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
 
     async def PrepareBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
         ok = self.state.prepare_bundle(request.pg_id, request.index, dict(request.resources))
-        return pb.BundleReply(ok=ok, message="" if ok else "resources are not free on this node now")
+        return pb.BundleReply(
+            ok=ok, message="" if ok else "resources are not free on this node now"
+        )
 
     async def CommitBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
         self.apply(self.state.commit_bundle(request.pg_id, request.index))
@@ -489,13 +525,17 @@ class NodeService(pb_grpc.NodeManagerServicer):
         assert self.workers is not None
         for fut in self.waiters.values():
             if not fut.done():
-                fut.set_result(pb.LeaseReply(status=pb.LeaseReply.CANCELLED, message="node was fenced"))
+                fut.set_result(
+                    pb.LeaseReply(status=pb.LeaseReply.CANCELLED, message="node was fenced")
+                )
         self.waiters.clear()
         for wid in list(self.workers.pids):
             self.workers.kill(wid, force=True)
         old = self.state
         self.state = NodeState(
-            os.urandom(16), old.address, {k: v for k, v in old.total.items() if "_group_" not in k},
+            os.urandom(16),
+            old.address,
+            {k: v for k, v in old.total.items() if "_group_" not in k},
             prestart=old.prestart,
         )
         for oid, where in self.store.free(list(self.store._entries)):  # noqa: SLF001
@@ -521,7 +561,8 @@ def memory_fraction() -> float:
         if limit != "max":
             current = int(open("/sys/fs/cgroup/memory.current").read())  # noqa: SIM115
             stat = dict(
-                line.split() for line in open("/sys/fs/cgroup/memory.stat")  # noqa: SIM115
+                line.split()
+                for line in open("/sys/fs/cgroup/memory.stat")  # noqa: SIM115
             )
             reclaimable = int(stat.get("inactive_file", 0))
             return max(0, current - reclaimable) / int(limit)
@@ -536,8 +577,12 @@ def memory_fraction() -> float:
     return 1.0 - info.get("MemAvailable", total) / total
 
 
-async def memory_monitor(service: NodeService, threshold: float, interval: float,
-                         measure: Callable[[], float] = memory_fraction) -> None:
+async def memory_monitor(
+    service: NodeService,
+    threshold: float,
+    interval: float,
+    measure: Callable[[], float] = memory_fraction,
+) -> None:
     """Kill the newest retriable task's worker while memory use is over ``threshold``.
 
     Actors and idle workers are never chosen; the driver (a notebook kernel) is not a
@@ -550,8 +595,10 @@ async def memory_monitor(service: NodeService, threshold: float, interval: float
             continue
         st = service.state
         victims = [
-            lease for lease in st.leases.values()
-            if not lease.owner.startswith("head-actor:") and lease.worker_id not in service.oom_killed
+            lease
+            for lease in st.leases.values()
+            if not lease.owner.startswith("head-actor:")
+            and lease.worker_id not in service.oom_killed
         ]
         if not victims or service.workers is None:
             continue
@@ -569,7 +616,9 @@ async def memory_monitor(service: NodeService, threshold: float, interval: float
 class HeadLink:
     """Registration and heartbeats to the head; feeds the cluster view back to the state."""
 
-    def __init__(self, service: NodeService, token: str, info: pb.NodeInfo, interval: float) -> None:
+    def __init__(
+        self, service: NodeService, token: str, info: pb.NodeInfo, interval: float
+    ) -> None:
         self.service = service
         self.token = token
         self.info = info
@@ -614,16 +663,21 @@ class HeadLink:
                 continue
             if reply.reregister:
                 if reply.fenced:
-                    log.warning("this node was declared dead while unreachable: starting over as a new node")
+                    log.warning(
+                        "this node was declared dead while unreachable: starting over as a new node"
+                    )
                     await self.service.reset_as_new_node()
                     self.info.node_id = self.service.state.node_id
                 else:
-                    log.warning("the head does not know this node (it restarted): registering again")
+                    log.warning(
+                        "the head does not know this node (it restarted): registering again"
+                    )
                 with contextlib.suppress(RpcError):
                     await self.register()
                 continue
             view = [
-                NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive) for n in reply.nodes
+                NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive)
+                for n in reply.nodes
             ]
             self.service.apply(st.update_cluster_view(view))
 

@@ -302,7 +302,9 @@ class NodeState:
             for rid, req_pending in list(self.pending.items()):
                 if any(k in names for k in req_pending.resources):
                     del self.pending[rid]
-                    out.append(Redirect(rid, "INFEASIBLE", message="its placement group was removed"))
+                    out.append(
+                        Redirect(rid, "INFEASIBLE", message="its placement group was removed")
+                    )
         for k, v in req.items():
             self.available[k] = self.available.get(k, 0.0) + v
         return out + self._dispatch()
@@ -359,7 +361,11 @@ class NodeState:
                     decision = pick_node(req.resources, self.view(), self.others, req.strategy)
                     if decision.action is Action.SPILL and decision.node is not None:
                         del self.pending[req.request_id]
-                        out.append(Redirect(req.request_id, "SPILLBACK", decision.node.address, decision.reason))
+                        out.append(
+                            Redirect(
+                                req.request_id, "SPILLBACK", decision.node.address, decision.reason
+                            )
+                        )
                 continue
             if not self.idle:
                 need_workers += 1

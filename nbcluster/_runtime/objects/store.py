@@ -639,7 +639,5 @@ class RawWriter:
         if exc_type is not None:
             _unlink_quiet(self.tmp)
             return
-        try:
+        with contextlib.suppress(FileExistsError):  # another fetch of it finished first
             _seal(self.tmp, self.final)
-        except FileExistsError:
-            pass  # another fetch of the same object finished first

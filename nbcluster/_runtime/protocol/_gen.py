@@ -60,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
                 stale.append(committed)
                 if ns.check:
                     diff = difflib.unified_diff(
-                        old.splitlines(), new.splitlines(), str(committed), "fresh", lineterm="", n=1
+                        old.splitlines(),
+                        new.splitlines(),
+                        str(committed),
+                        "fresh",
+                        lineterm="",
+                        n=1,
                     )
                     print("\n".join(list(diff)[:40]), file=sys.stderr)
                 else:

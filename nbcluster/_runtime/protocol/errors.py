@@ -71,10 +71,16 @@ def to_exception(err: RpcError, peer: Peer, what: str = "") -> Exception:
                 "Check that the cluster is running (`nbcluster status`)."
             )
         if peer is Peer.NODE:
-            return exc.LocalNodeDiedError(f"the node manager cannot be reached ({details or code.name})")
+            return exc.LocalNodeDiedError(
+                f"the node manager cannot be reached ({details or code.name})"
+            )
         if peer is Peer.WORKER:
-            return exc.WorkerCrashedError(f"the worker died or cannot be reached ({details or code.name})")
-        return exc.NbclusterSystemError(f"the owner process cannot be reached ({details or code.name})")
+            return exc.WorkerCrashedError(
+                f"the worker died or cannot be reached ({details or code.name})"
+            )
+        return exc.NbclusterSystemError(
+            f"the owner process cannot be reached ({details or code.name})"
+        )
     return exc.NbclusterSystemError(f"{where} failed: {code.name}: {details}")
 
 

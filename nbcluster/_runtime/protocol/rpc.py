@@ -116,7 +116,12 @@ class FaultInjector(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         rule = self._rule(handler_call_details.method)
-        if handler is None or rule is None or handler.request_streaming or handler.response_streaming:
+        if (
+            handler is None
+            or rule is None
+            or handler.request_streaming
+            or handler.response_streaming
+        ):
             return handler
         inner = handler.unary_unary
         p_req, p_rep = rule
@@ -142,7 +147,9 @@ class _Malformed:
 
 
 _MALFORMED = _Malformed()
-_BAD_REQUEST = "malformed request: the message could not be decoded (is the client the same version?)"
+_BAD_REQUEST = (
+    "malformed request: the message could not be decoded (is the client the same version?)"
+)
 
 
 def _validating_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -199,7 +206,9 @@ def _validating_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler
     return grpc.unary_unary_rpc_method_handler(unary_unary, safe_des, ser)
 
 
-def _refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode) -> grpc.RpcMethodHandler:
+def _refusing_handler(
+    handler: grpc.RpcMethodHandler, code: grpc.StatusCode
+) -> grpc.RpcMethodHandler:
     detail = (
         "missing cluster token: pass it as 'authorization: Bearer <token>' metadata"
         if code == grpc.StatusCode.UNAUTHENTICATED
@@ -265,7 +274,9 @@ def _fmt_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def make_channel(address: str, token: str, *, max_message_bytes: int = 512 * 2**20) -> grpc.aio.Channel:
+def make_channel(
+    address: str, token: str, *, max_message_bytes: int = 512 * 2**20
+) -> grpc.aio.Channel:
     """A grpc.aio channel to ``address``; use :func:`auth_metadata` on every call."""
     return grpc.aio.insecure_channel(
         address,
@@ -280,7 +291,9 @@ def make_channel(address: str, token: str, *, max_message_bytes: int = 512 * 2**
     )
 
 
-def make_sync_channel(address: str, token: str, *, max_message_bytes: int = 64 * 2**20) -> grpc.Channel:
+def make_sync_channel(
+    address: str, token: str, *, max_message_bytes: int = 64 * 2**20
+) -> grpc.Channel:
     """A blocking channel for one-shot reads from tools (status, the server extension)."""
     return grpc.insecure_channel(
         address,
@@ -381,7 +394,9 @@ class Channels:
         if stub is None:
             channel = self._channels.get(address)
             if channel is None:
-                channel = make_channel(address, self.token, max_message_bytes=self.max_message_bytes)
+                channel = make_channel(
+                    address, self.token, max_message_bytes=self.max_message_bytes
+                )
                 self._channels[address] = channel
             raw = {
                 "head": pb_grpc.HeadStub,

@@ -9,6 +9,7 @@ calls are made of short polls, so a link that drops for a few seconds only delay
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -65,12 +66,17 @@ class ProxyClient:
                 break
             except grpc.RpcError as err:
                 code = err.code()  # type: ignore[attr-defined]
-                if code == grpc.StatusCode.UNAUTHENTICATED or code == grpc.StatusCode.PERMISSION_DENIED:
+                if (
+                    code == grpc.StatusCode.UNAUTHENTICATED
+                    or code == grpc.StatusCode.PERMISSION_DENIED
+                ):
                     from nbcluster._runtime.protocol.errors import Peer, to_exception
 
                     raise to_exception(err, Peer.HEAD, op) from None  # type: ignore[arg-type]
                 if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    raise exc.NbclusterSystemError(f"client call {op} failed: {code.name}: {err.details()}") from None  # type: ignore[attr-defined]
+                    raise exc.NbclusterSystemError(
+                        f"client call {op} failed: {code.name}: {err.details()}"
+                    ) from None  # type: ignore[attr-defined]
                 if time.monotonic() > deadline:
                     raise exc.HeadUnavailableError(
                         f"the cluster head at {self.head_address} has been unreachable for "
@@ -90,10 +96,8 @@ class ProxyClient:
         with self.lock:
             ids, self.to_release = self.to_release, []
         if ids:
-            try:
+            with contextlib.suppress(Exception):  # best effort
                 self.call("release", ids)
-            except Exception:  # noqa: BLE001 - best effort
-                pass
 
     # -- what ObjectRef needs ---------------------------------------------------------------------
     def add_local_ref(self, object_id: bytes, owner: str, borrowed: bool) -> None:
@@ -119,7 +123,9 @@ class ProxyClient:
     def get(self, refs: list[Any], timeout: float | None) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
+            remaining = (
+                POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
+            )
             ready = self.call("wait", (refs, len(refs), remaining))
             if len(ready) == len(refs):
                 return self.call("get", (refs, None))
@@ -132,27 +138,33 @@ class ProxyClient:
     def wait(self, refs: list[Any], num_returns: int, timeout: float | None) -> list[bytes]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
+            remaining = (
+                POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
+            )
             ready = self.call("wait", (refs, num_returns, remaining))
             if len(ready) >= num_returns or (deadline is not None and time.monotonic() >= deadline):
                 return ready
 
-    def submit_task(self, function: Any, opts: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def submit_task(
+        self, function: Any, opts: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         return self.call("task", (cloudpickle.dumps(function), opts, args, kwargs))
 
-    def create_actor(self, cls: type, opts: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def create_actor(
+        self, cls: type, opts: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         return self.call("actor_create", (cloudpickle.dumps(cls), opts, args, kwargs))
 
-    def actor_call(self, handle: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> Any:
+    def actor_call(
+        self, handle: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], n: int
+    ) -> Any:
         return self.call("actor_call", (handle._actor_id, handle._meta, method, args, kwargs, n))
 
     def stop(self) -> None:
         if self.closed:
             return
-        try:
+        with contextlib.suppress(Exception):  # the proxy drops idle sessions anyway
             self.call("disconnect", {})
-        except Exception:  # noqa: BLE001 - the proxy drops idle sessions anyway
-            pass
         self.closed = True
         self.channel.close()
 

@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 CLIENT_OWNER = "client-proxy"
 SESSION_IDLE_S = 600.0
 
-_current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar("nbc_proxy_session", default=None)
+_current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "nbc_proxy_session", default=None
+)
 
 
 class Session:
@@ -126,7 +128,9 @@ class ProxyService(pb_grpc.ClientProxyServicer):
         if op is None:
             import grpc
 
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown client operation {request.op!r}")
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, f"unknown client operation {request.op!r}"
+            )
         session = self.sessions.get(request.session)
         if session is None:
             if request.op != "connect":
@@ -140,7 +144,9 @@ class ProxyService(pb_grpc.ClientProxyServicer):
         session.last_seen = time.monotonic()
         return await asyncio.to_thread(self._run, session, op, request.payload)
 
-    def _run(self, session: Session, op: Callable[[Session, Any], Any], payload: bytes) -> pb.ClientReply:
+    def _run(
+        self, session: Session, op: Callable[[Session, Any], Any], payload: bytes
+    ) -> pb.ClientReply:
         token = _current_session.set(session)
         try:
             args = cloudpickle.loads(payload) if payload else None
@@ -181,7 +187,9 @@ class ProxyService(pb_grpc.ClientProxyServicer):
             rf = s.functions[key] = RemoteFunction(cloudpickle.loads(payload), opts)
         return rf._remote(a, kw, opts)
 
-    def _actor_create(self, s: Session, args: tuple[bytes, Any, tuple[Any, ...], dict[str, Any]]) -> ActorHandle:
+    def _actor_create(
+        self, s: Session, args: tuple[bytes, Any, tuple[Any, ...], dict[str, Any]]
+    ) -> ActorHandle:
         payload, opts, a, kw = args
         key = function_hash(payload)
         ac = s.classes.get(key)
@@ -194,10 +202,16 @@ class ProxyService(pb_grpc.ClientProxyServicer):
     def _handle(self, s: Session, actor_id: bytes, meta: dict[str, Any]) -> ActorHandle:
         h = s.actors.get(actor_id)
         if h is None:
-            h = s.actors[actor_id] = ActorHandle._new(actor_id, meta, nbcluster._api.context.require_client(), owned=False)
+            h = s.actors[actor_id] = ActorHandle._new(
+                actor_id, meta, nbcluster._api.context.require_client(), owned=False
+            )
         return h
 
-    def _actor_call(self, s: Session, args: tuple[bytes, dict[str, Any], str, tuple[Any, ...], dict[str, Any], int]) -> Any:
+    def _actor_call(
+        self,
+        s: Session,
+        args: tuple[bytes, dict[str, Any], str, tuple[Any, ...], dict[str, Any], int],
+    ) -> Any:
         actor_id, meta, method, a, kw, n = args
         return self._handle(s, actor_id, meta)._call(method, a, kw, n)
 

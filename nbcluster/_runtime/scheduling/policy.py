@@ -46,7 +46,9 @@ class Decision:
 
 def fits(request: Mapping[str, float], resources: Mapping[str, float]) -> bool:
     """True when every requested amount is available in ``resources``."""
-    return all(amount <= resources.get(name, 0.0) + EPS for name, amount in request.items() if amount > 0)
+    return all(
+        amount <= resources.get(name, 0.0) + EPS for name, amount in request.items() if amount > 0
+    )
 
 
 def load(node: NodeView) -> float:
@@ -80,7 +82,9 @@ def pick_node(
     if allow_spill:
         free_now = [n for n in remote if fits(request, n.available)]
         if free_now:
-            return _to(min(free_now, key=load), local, "local node busy; least-loaded node with room")
+            return _to(
+                min(free_now, key=load), local, "local node busy; least-loaded node with room"
+            )
     if fits(request, local.total):
         return Decision(Action.LOCAL, local, "queued until the local node has room")
     if allow_spill:
@@ -132,7 +136,9 @@ def place_bundles(
     ``STRICT_SPREAD`` each on a different node. ``use_total`` asks "could it ever fit?".
     """
     if strategy not in PG_STRATEGIES:
-        raise ValueError(f"unknown placement strategy {strategy!r}; use one of {', '.join(PG_STRATEGIES)}")
+        raise ValueError(
+            f"unknown placement strategy {strategy!r}; use one of {', '.join(PG_STRATEGIES)}"
+        )
     live = [n for n in nodes if n.alive]
     room = {n.node_id: dict(n.total if use_total else n.available) for n in live}
     by_id = {n.node_id: n for n in live}
@@ -180,7 +186,9 @@ def place_bundles(
     return placed
 
 
-def bundle_resource_names(pg_hex: str, index: int, resources: Mapping[str, float]) -> dict[str, float]:
+def bundle_resource_names(
+    pg_hex: str, index: int, resources: Mapping[str, float]
+) -> dict[str, float]:
     """The resources a committed bundle adds to its node: indexed and wildcard names (Ray's)."""
     out: dict[str, float] = {}
     for k, v in resources.items():

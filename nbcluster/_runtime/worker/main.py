@@ -49,7 +49,9 @@ class _Stream:
         pid = os.getpid()
         for name, text, dropped in chunks:
             self.replies.put_nowait(
-                pb.LogRecord(task_id=task_id, stream=name, text=text, dropped_lines=dropped, pid=pid)
+                pb.LogRecord(
+                    task_id=task_id, stream=name, text=text, dropped_lines=dropped, pid=pid
+                )
             )
 
 
@@ -111,7 +113,9 @@ class WorkerService(CoreWorkerService):
 
     async def _return_lease(self, lease_id: bytes) -> None:
         with contextlib.suppress(RpcError):
-            await self.client.node().ReturnWorkerLease(pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10)
+            await self.client.node().ReturnWorkerLease(
+                pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10
+            )
 
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
         self.executor.cancel(request.task_id)
@@ -261,10 +265,14 @@ class Executor:
         fn = self.functions.get(spec.function_id)
         if fn is None:
             reply = self.client.run(
-                lambda: self.client.head().GetFunction(pb.GetFunctionRequest(function_id=spec.function_id), timeout=30)
+                lambda: self.client.head().GetFunction(
+                    pb.GetFunctionRequest(function_id=spec.function_id), timeout=30
+                )
             )
             if not reply.found:
-                raise exc.NbclusterSystemError(f"function {spec.function_name} is not in the function table")
+                raise exc.NbclusterSystemError(
+                    f"function {spec.function_name} is not in the function table"
+                )
             fn = cloudpickle.loads(reply.payload)
             self.functions[spec.function_id] = fn
         return fn
@@ -344,7 +352,9 @@ class Executor:
                 reply = await self.execute_async(spec)
             stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
 
-        self.actor_runner = lambda spec, stream: asyncio.run_coroutine_threadsafe(run(spec, stream), loop)
+        self.actor_runner = lambda spec, stream: asyncio.run_coroutine_threadsafe(
+            run(spec, stream), loop
+        )
 
     def _sync_wrapper(self, method: Any) -> Any:
         """Run a coroutine method to completion on the actor's loop (sync callers)."""
@@ -352,15 +362,21 @@ class Executor:
         def call(*args: Any, **kwargs: Any) -> Any:
             if self.actor_loop is None:
                 return asyncio.run(method(*args, **kwargs))
-            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self.actor_loop).result()
+            return asyncio.run_coroutine_threadsafe(
+                method(*args, **kwargs), self.actor_loop
+            ).result()
 
         return call
 
     async def execute_async(self, spec: pb.TaskSpec) -> pb.TaskReply:
         """Run one call of an async actor on the actor's loop."""
         reply = pb.TaskReply(
-            task_id=spec.task_id, attempt=spec.attempt, start_time=time.time(),
-            worker_id=self.client.worker_id, worker_pid=os.getpid(), node_id=self.client.node_id,
+            task_id=spec.task_id,
+            attempt=spec.attempt,
+            start_time=time.time(),
+            worker_id=self.client.worker_id,
+            worker_pid=os.getpid(),
+            node_id=self.client.node_id,
         )
         try:
             method = getattr(self.actor, spec.function_name)
@@ -372,7 +388,10 @@ class Executor:
             await asyncio.to_thread(self._store_returns, spec, values, reply)
         except BaseException as e:  # noqa: BLE001 - user code raised; report it
             err = exc.TaskError.from_exception(
-                e, spec.function_name, pid=os.getpid(), hostname=self.client.hostname(),
+                e,
+                spec.function_name,
+                pid=os.getpid(),
+                hostname=self.client.hostname(),
                 task_id=spec.task_id.hex(),
             )
             self._error_returns(spec, err, reply)
@@ -415,7 +434,6 @@ class Executor:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
         else:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        n = spec.num_returns
         try:
             try:
                 if spec.task_id in self.cancelled:
@@ -443,7 +461,9 @@ class Executor:
         if spec.max_calls and self.calls[spec.function_id] >= spec.max_calls:
             reply.worker_exiting = True
         self._record_event(spec, reply)
-        pending_borrows = [oid for oid, e in list(client.table.entries.items()) if not e.owned and not e.registered]
+        pending_borrows = [
+            oid for oid, e in list(client.table.entries.items()) if not e.owned and not e.registered
+        ]
         if pending_borrows:
             with contextlib.suppress(Exception):
                 client.run(client.register_borrows(pending_borrows), timeout=10)
@@ -468,7 +488,9 @@ class Executor:
                     f"the return value of {spec.function_name} could not be serialized: {e}"
                 ) from None
             if sv.contained_refs:
-                client.table.mark_escaped([r.binary() for r in sv.contained_refs if r.owner_address == client.address])
+                client.table.mark_escaped(
+                    [r.binary() for r in sv.contained_refs if r.owner_address == client.address]
+                )
             if sv.total_size <= client.config.max_inline_bytes:
                 reply.returns.add(object_id=oid, data=sv.to_bytes(), size=sv.total_size)
             else:
@@ -489,7 +511,9 @@ class Executor:
         except Exception:  # noqa: BLE001
             data = serialize(exc.NbclusterSystemError(str(error))).to_bytes()
         for i in range(1, max(spec.num_returns, 1) + 1):
-            reply.returns.add(object_id=spec.task_id + i.to_bytes(4, "big"), data=data, size=len(data))
+            reply.returns.add(
+                object_id=spec.task_id + i.to_bytes(4, "big"), data=data, size=len(data)
+            )
 
     def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
         ev = pb.TaskEvent(
@@ -521,7 +545,9 @@ class WorkerClient(CoreClient):
         from nbcluster._runtime.core.ownership import Entry
 
         entry = Entry(False, loc.owner_address)
-        entry.set_ready(in_store=True, size=loc.size, node_id=loc.node_id, node_address=loc.node_address)
+        entry.set_ready(
+            in_store=True, size=loc.size, node_id=loc.node_id, node_address=loc.node_address
+        )
         return self.map_from_store(loc.object_id, entry)
 
 
@@ -540,7 +566,9 @@ async def _flush_events(client: CoreClient, executor: Executor) -> None:
             events, executor.events = executor.events, []
         if events:
             with contextlib.suppress(RpcError):
-                await client.head().ReportTaskEvents(pb.TaskEventsRequest(events=events), timeout=10)
+                await client.head().ReportTaskEvents(
+                    pb.TaskEventsRequest(events=events), timeout=10
+                )
 
 
 def main() -> None:
@@ -568,7 +596,8 @@ def main() -> None:
     context.set_client(client)
     reply = client.run(
         lambda: client.node().RegisterWorker(
-            pb.WorkerRegisterRequest(worker_id=worker_id, pid=os.getpid(), address=client.address), timeout=30
+            pb.WorkerRegisterRequest(worker_id=worker_id, pid=os.getpid(), address=client.address),
+            timeout=30,
         )
     )
     client.node_id = reply.node_id
@@ -576,7 +605,9 @@ def main() -> None:
     client.store_dir = reply.store_dir
     client.session_dir = reply.session_dir
     if parent_fd >= 0:
-        client.loop.call_soon_threadsafe(proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1))
+        client.loop.call_soon_threadsafe(
+            proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1)
+        )
     asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
     asyncio.run_coroutine_threadsafe(_flush_output(executor), client.loop)
     install_output(executor.output)
