@@ -5,10 +5,7 @@ is internal. Importing this package starts nothing and reads no configuration:
 ``nbcluster.init()`` (or ``%cluster start``) does that.
 """
 
-from nbcluster import (
-    exceptions,
-    util,  # noqa: E402, I001 - after the names util uses
-)
+from nbcluster import exceptions, util
 from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
     ClusterInfo,

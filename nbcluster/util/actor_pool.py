@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import nbcluster
-from nbcluster import ObjectRef
+from nbcluster import _api as nbcluster
+from nbcluster._refs import ObjectRef
 
 __all__ = ["ActorPool"]
 
