@@ -5,7 +5,7 @@ is internal. Importing this package starts nothing and reads no configuration:
 ``nbcluster.init()`` (or ``%cluster start``) does that.
 """
 
-from nbcluster import exceptions, util
+from nbcluster import dag, exceptions, util
 from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
     ClusterInfo,
@@ -62,6 +62,7 @@ __all__ = [
     "available_resources",
     "cancel",
     "cluster_resources",
+    "dag",
     "exceptions",
     "get",
     "get_actor",

@@ -254,12 +254,6 @@ def test_an_error_in_a_node_reaches_the_output_as_task_error(shared_cluster, tmp
         nbcluster.get(out[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: actor calls are sent in the order their arguments become ready, "
-    "not in submission order (ActorSubmitter.ready appends to the queue when a call's "
-    "dependencies resolve). Remove this mark when the runtime is fixed.",
-)
 def test_a_call_waiting_for_an_upstream_task_still_runs_before_later_calls(shared_cluster):
     @nbcluster.remote
     def slow(value):

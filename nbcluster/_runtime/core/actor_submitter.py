@@ -89,23 +89,32 @@ class ActorSubmitter:
             self.client.loop.create_task(self._watch(conn))
         return conn
 
-    def ready(self, rec: TaskRecord) -> None:
-        """A call's arguments are resolved (called by the task submitter)."""
+    def enqueue(self, rec: TaskRecord) -> None:
+        """A new call takes its place in the actor's queue (in submission order)."""
         conn = self.conn(rec.spec.actor_id)
         if conn.death is not None:
             self._fail(rec, conn.death)
             return
         conn.queue.append(rec)
-        self._pump(conn)
+
+    def ready(self, rec: TaskRecord) -> None:
+        """A queued call's arguments are resolved: send what the order allows."""
+        self._pump(self.conn(rec.spec.actor_id))
 
     def _pump(self, conn: ActorConn) -> None:
-        if conn.state != ALIVE or conn.call is None:
-            return
         while conn.queue:
-            rec = conn.queue.popleft()
+            rec = conn.queue[0]
+            if rec.done:  # failed while waiting (e.g. an argument's task failed)
+                conn.queue.popleft()
+                self._count_done(rec)
+                continue
             if rec.cancelled:
+                conn.queue.popleft()
                 self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
                 continue
+            if not rec.resolved or conn.state != ALIVE or conn.call is None:
+                break  # later calls wait: calls from one caller run in order
+            conn.queue.popleft()
             conn.inflight[rec.task_id] = rec
             conn.outbox.append(rec.spec)
         if conn.outbox and not conn.writing:
@@ -227,7 +236,10 @@ class ActorSubmitter:
                 conn.call.cancel()
             conn.call = None
         for rec in [*conn.inflight.values(), *conn.queue]:
-            self._fail(rec, error)
+            if rec.done:
+                self._count_done(rec)
+            else:
+                self._fail(rec, error)
         conn.inflight.clear()
         conn.queue.clear()
 

@@ -9,6 +9,7 @@ user threads call the synchronous methods here, which hand work to the loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -70,6 +71,8 @@ class CoreClient:
         self._task_prefix = os.urandom(8)
         self._task_counter = 0
         self._counter_lock = threading.Lock()
+        self._derefs: collections.deque[bytes] = collections.deque()
+        self._deref_scheduled = False
         self._pending_frees: list[tuple[str, bytes]] = []
         self._pending_unborrows: list[tuple[str, bytes]] = []
         self._release_lock = threading.Lock()
@@ -204,11 +207,33 @@ class CoreClient:
         self.table.add_local_ref(object_id, owner, borrowed)
 
     def remove_local_ref(self, object_id: bytes) -> None:
+        """A ref was dropped (often from ``__del__``, at any point of any thread).
+
+        No lock is taken here: the garbage collector may run this while this very thread
+        holds the table's lock. The id goes on a queue that the I/O loop drains.
+        """
         if self.closed:
             return
-        release = self.table.remove_local_ref(object_id)
-        if release:
-            self._queue_release(release)
+        self._derefs.append(object_id)
+        if not self._deref_scheduled:
+            self._deref_scheduled = True
+            with contextlib.suppress(RuntimeError):  # loop closed at interpreter exit
+                self.loop.call_soon_threadsafe(self._drain_derefs)
+
+    def _drain_derefs(self) -> None:
+        self._deref_scheduled = False
+        derefs = self._derefs
+        while derefs:
+            release = self.table.remove_local_ref(derefs.popleft())
+            if release:
+                self._queue_release(release)
+
+    def flush_derefs(self) -> None:
+        """Process dropped refs now (tests and shutdown)."""
+        self.run(self._flush_derefs_async())
+
+    async def _flush_derefs_async(self) -> None:
+        self._drain_derefs()
 
     def _queue_release(self, release: Release) -> None:
         with self._release_lock:

@@ -60,6 +60,7 @@ class TaskRecord:
         "route",
         "locality",
         "oom_retries_left",
+        "resolved",
     )
 
     def __init__(self) -> None:
@@ -73,6 +74,7 @@ class TaskRecord:
         self.route: tuple[Any, ...] | None = None  # how its strategy picks nodes
         self.locality = ""  # node manager holding most of its argument bytes
         self.oom_retries_left: int | None = None  # separate budget for memory-monitor kills
+        self.resolved = False  # arguments ready (actor calls wait in order until then)
 
 
 class KeyQueue:
@@ -166,6 +168,8 @@ class Submitter:
         touched: set[tuple[Any, ...]] = set()
         for rec in batch:
             self.tasks[rec.task_id] = rec
+            if rec.actor:  # its place in the actor's queue is fixed now, in call order
+                self.client.actor_submitter.enqueue(rec)
             self._resolve_deps(rec, touched)
         for key in touched:
             self._pump(self.keys[key])
@@ -246,6 +250,7 @@ class Submitter:
                 owner_address=entry.owner,
             )
         if rec.actor:
+            rec.resolved = True
             self.client.actor_submitter.ready(rec)
             return
         rec.locality = _locality(spec, self.client.node_address)
@@ -684,6 +689,8 @@ class Submitter:
         release = table.remove_submitted(rec.dep_ids + rec.nested_ids)
         if release:
             self.client._queue_release(release)
+        if rec.actor:  # a call that failed while queued no longer holds back later calls
+            self.client.actor_submitter.ready(rec)
 
     # -- cancellation -------------------------------------------------------------------------
     def _cancel(self, task_id: bytes, force: bool) -> None:

@@ -9,6 +9,7 @@ calls are made of short polls, so a link that drops for a few seconds only delay
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import threading
@@ -43,6 +44,7 @@ class ProxyClient:
         self.counts: dict[bytes, int] = {}
         self.lock = threading.Lock()
         self.to_release: list[bytes] = []
+        self.dropped: collections.deque[bytes] = collections.deque()
         self.info: Any = None
         self.cluster = None
         self.submit_context = None
@@ -93,6 +95,7 @@ class ProxyClient:
     def _flush_releases(self, op: str) -> None:
         if op in ("release", "connect"):
             return
+        self._settle_drops()
         with self.lock:
             ids, self.to_release = self.to_release, []
         if ids:
@@ -105,13 +108,19 @@ class ProxyClient:
             self.counts[object_id] = self.counts.get(object_id, 0) + 1
 
     def remove_local_ref(self, object_id: bytes) -> None:
+        # Called from __del__: no lock (the collector may run while this thread holds it).
+        self.dropped.append(object_id)
+
+    def _settle_drops(self) -> None:
         with self.lock:
-            n = self.counts.get(object_id, 0) - 1
-            if n > 0:
-                self.counts[object_id] = n
-                return
-            self.counts.pop(object_id, None)
-            self.to_release.append(object_id)
+            while self.dropped:
+                oid = self.dropped.popleft()
+                n = self.counts.get(oid, 0) - 1
+                if n > 0:
+                    self.counts[oid] = n
+                else:
+                    self.counts.pop(oid, None)
+                    self.to_release.append(oid)
 
     # -- API -------------------------------------------------------------------------------------
     def connect(self) -> dict[str, Any]:

@@ -280,6 +280,12 @@ class ObjectStore(LiveWidget):
                 parts.append(f"{label} {format_bytes(used)} of {format_bytes(cap)}{extra}")
         return "Object store: " + ("; ".join(parts) if parts else "no nodes")
 
+    def close(self) -> None:
+        """Stop updating and close the chart, the table and their box."""
+        super().close()
+        self._fig.close()
+        self._html.close()
+
     def _disconnected(self) -> None:
         with self._fig.batch_update():
             self._fig.layout.title.text = self._title() + " (disconnected)"
