@@ -800,10 +800,36 @@ class Idle:
         return os.getpid()
 
 
+def _actor_states(actor_ids: set[str]) -> dict[str, int]:
+    """State of each actor, as the head's actor table has it (internal API)."""
+    from nbcluster._runtime import context
+    from nbcluster._runtime.protocol.rpc import pb
+
+    client = context.require_client()
+    reply = client.run(lambda: client.head().ListActors(pb.Empty(), timeout=30))
+    return {a.actor_id.hex(): a.state for a in reply.actors if a.actor_id.hex() in actor_ids}
+
+
 def _many_actors_become_ready_and_free_everything(n: int, timeout: float) -> None:
+    """L06. Readiness is read from the head's table first; the driver then calls the actors
+    in chunks of 20 rather than opening n connections at once to processes that are still
+    starting (see test_actor_faults.py::test_a_call_survives_a_slow_first_connection)."""
+    from nbcluster._runtime.protocol.rpc import pb
+
     total = nbcluster.cluster_resources()
     actors = [Idle.remote() for _ in range(n)]
-    pids = nbcluster.get([a.pid.remote() for a in actors], timeout=timeout)
+    ids = {a.actor_id for a in actors}
+    poll_for(
+        lambda: all(st == pb.ActorInfo.ALIVE for st in _actor_states(ids).values()),
+        timeout,
+        0.5,
+        f"not all {n} actors became ready",
+    )
+    states = _actor_states(ids)
+    assert len(states) == n and set(states.values()) == {pb.ActorInfo.ALIVE}
+    pids: list[int] = []
+    for i in range(0, n, 20):
+        pids += nbcluster.get([a.pid.remote() for a in actors[i : i + 20]], timeout=60)
     assert len(set(pids)) == n  # each in its own process
     assert all(_alive(p) for p in pids)
     # half are killed, the other half dropped
@@ -816,6 +842,10 @@ def _many_actors_become_ready_and_free_everything(n: int, timeout: float) -> Non
         max(60.0, n / 10),
         0.2,
         f"actor processes still running: {[p for p in pids if _alive(p)][:10]}",
+    )
+    poll_for(
+        lambda: set(_actor_states(ids).values()) == {pb.ActorInfo.DEAD},
+        30, 0.2, "the head still has live actors",
     )
     poll_for(
         lambda: nbcluster.available_resources().get("CPU", 0) == total["CPU"],

@@ -61,11 +61,7 @@ def _await_marks(path: Path, n: int, what: str) -> None:
 
 
 def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie.
-
-    (Used instead of ``worker_pids``, which lists no worker at all: see the xfail test
-    ``test_worker_killed_by_pid_from_worker_pids_is_retried``.)
-    """
+    """The process exists and is not a zombie (a stronger check of death than ``worker_pids``)."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -494,7 +490,7 @@ def test_unpicklable_return_value_is_a_task_error(shared_cluster):
     assert not isinstance(err.cause, TaskError)  # one error layer
     assert "_thread.lock" in str(err)
     # The worker that ran it is still alive and the cluster still runs tasks.
-    assert _alive(err.pid)
+    assert err.pid in worker_pids(shared_cluster.session_dir)
     assert_cluster_healthy()
 
 
@@ -527,7 +523,7 @@ def test_unpicklable_exception_keeps_its_traceback_text(shared_cluster):
         assert text in err.cause.original_stack_trace
         assert line in err.cause.original_stack_trace
         assert text in str(err) and line in err.traceback_str
-        assert _alive(err.pid)  # the worker survived
+        assert err.pid in worker_pids(shared_cluster.session_dir)  # the worker survived
     assert_cluster_healthy()
 
 
@@ -549,7 +545,7 @@ def test_unbounded_recursion_in_task_is_a_bounded_task_error(shared_cluster):
     assert len(err.traceback_str.encode()) <= MAX_TB
     assert len(str(err).encode()) <= MAX_TB + 1024
     assert "recurse_forever" in err.traceback_str and "in down" in err.traceback_str
-    assert _alive(err.pid)  # the worker survived
+    assert err.pid in worker_pids(shared_cluster.session_dir)  # the worker survived
     assert_cluster_healthy()
 
 
@@ -666,12 +662,6 @@ def test_large_closure_warns_and_runs(shared_cluster):
 # ------------------------------------------------------------------ killing a worker by PID
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/testing.py worker_pids() returns [] - the zygote and the workers are "
-    "forked from the node manager without exec, so they carry its command line and are all "
-    "taken for node managers",
-)
 def test_worker_killed_by_pid_from_worker_pids_is_retried(shared_cluster, tmp_path):
     block = _blocker()
     started, go = tmp_path / "started", tmp_path / "go"

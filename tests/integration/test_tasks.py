@@ -42,7 +42,7 @@ def _marks(path: Path) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie (``testing.worker_pids`` lists no worker: a bug)."""
+    """The process exists and is not a zombie."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from http.cookies import SimpleCookie
@@ -50,6 +51,7 @@ def _route_verbs() -> list[tuple[str, str]]:
 
 async def _fetch(jp_fetch: Any, *parts: str, **kwargs: Any) -> HTTPResponse:
     kwargs.setdefault("raise_error", False)
+    kwargs.setdefault("request_timeout", 120)  # starting processes on a loaded CI machine
     if kwargs.get("method") in ("POST", "PATCH", "PUT"):
         kwargs.setdefault("body", "{}")
     else:
@@ -522,3 +524,55 @@ async def test_server_stop_stops_panel_clusters(
     await app.stop_extension()
     assert_no_processes(created["session_dir"], timeout=15)
     assert manager.owned_clusters() == {}
+
+
+async def test_added_address_is_never_contacted(jp_fetch: Any, manager: ClusterManager) -> None:
+    """S06: the server makes no request to an address the user gave (no SSRF)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        code, entry = await _api(jp_fetch, "POST", "addresses", {"address": address})
+        assert code == 201 and entry["origin"] == "address"
+        for method, suffix in (("GET", ""), ("GET", "/load"), ("POST", "/connect-code")):
+            code, _ = await _api(jp_fetch, method, f"clusters/{entry['id']}{suffix}", None)
+            assert code == 200
+        code, _ = await _api(jp_fetch, "GET", "clusters")
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+
+async def test_cluster_started_by_a_kernel_of_this_server(
+    jp_fetch: Any, jp_serverapp: Any, manager: ClusterManager, cluster_temp_dir: Path
+) -> None:
+    """A kernel of this server runs ``nbcluster.init()``: listed as origin "kernel" with its
+    kernel id, not controllable from the panel, and gone when the kernel is shut down."""
+    r = await jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "python3"}))
+    kernel_id = json.loads(r.body)["id"]
+    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=120)
+        code = (
+            "import os\n"
+            f"os.environ['NBCLUSTER_TEMP_DIR'] = {str(cluster_temp_dir)!r}\n"
+            "import nbcluster\n"
+            "nbcluster.init(num_cpus=1)\n"
+        )
+        reply = await client.execute_interactive(code, timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        code_, listing = await _api(jp_fetch, "GET", "clusters")
+        (entry,) = listing["clusters"]
+        assert entry["origin"] == "kernel" and entry["kernel_id"] == kernel_id
+        assert not entry["can_stop"] and not entry["can_scale"]
+        code_, load = await _api(jp_fetch, "GET", f"clusters/{entry['id']}/load")
+        assert code_ == 200 and load["cpu_total"] == 1.0
+    finally:
+        client.stop_channels()
+    r = await jp_fetch("api", "kernels", kernel_id, method="DELETE")
+    assert r.code == 204
+    assert_no_processes(entry["session_dir"], timeout=30)
+    code_, listing = await _api(jp_fetch, "GET", "clusters")
+    assert listing["clusters"] == []

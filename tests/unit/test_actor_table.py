@@ -265,13 +265,6 @@ def test_a_process_that_dies_during_first_init_counts_as_a_restart(table: ActorT
     assert table.actors[b"a1"].state == RESTARTING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_runtime/head/actors.py ActorTable.worker_died (and node_died) only "
-    "match actors in PENDING or ALIVE, but placed() gives a RESTARTING actor its new worker: when "
-    "that process dies during the restart's __init__ the death is ignored and the actor stays "
-    "RESTARTING forever (callers hang). Match RESTARTING too.",
-)
 def test_a_process_that_dies_during_a_restart_init_restarts_again(table: ActorTable) -> None:
     alive(table, b"a1", b"w1", max_restarts=2)
     table.worker_died(b"w1", "crash 1", now=2.0)

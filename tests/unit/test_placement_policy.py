@@ -157,12 +157,6 @@ def test_pack_respects_available_not_total() -> None:
     assert names(place_bundles([{"CPU": 1}, {"CPU": 1}], nodes, "PACK")) == ["free", "free"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: place_bundles PACK is a greedy first fit (policy.py:172-186): with a tie in "
-    "load it opens the first node in view order, so a small node listed first splits a group "
-    "that one bigger node could hold whole; Ray packs onto a single node when one fits",
-)
 def test_pack_uses_one_node_whenever_one_node_can_hold_the_whole_group() -> None:
     nodes = [node("small", {"CPU": 2}), node("big", {"CPU": 4})]
     assert names(place_bundles([{"CPU": 1}] * 4, nodes, "PACK")) == ["big"] * 4
@@ -310,12 +304,6 @@ GREEDY_MISSES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: place_bundles (policy.py:153-186) assigns bundles greedily without "
-    "backtracking: a feasible group is reported unplaceable (and 'infeasible' with "
-    "use_total) when an early bundle takes the only node a later bundle fits on",
-)
 @pytest.mark.parametrize(("strategy", "nodes", "bundles"), GREEDY_MISSES, ids=[s for s, _, _ in GREEDY_MISSES])
 def test_a_feasible_group_is_always_placed(
     strategy: str, nodes: list[NodeView], bundles: list[dict[str, float]]
@@ -446,7 +434,8 @@ def test_a_lease_on_bundle_resources_is_granted_from_the_bundle() -> None:
     ns.prepare_bundle(PG, 0, {"CPU": 1})
     ns.commit_bundle(PG, 0)
     g = only_grant(ns.request_lease(b"r1", pg_request({"CPU": 1}, PG_HEX, 0), OWNER, JOB))
-    assert g.lease.resources == {f"CPU_group_0_{PG_HEX}": 1.0}
+    # an indexed request also draws on the group-wide (wildcard) resource, as in Ray
+    assert g.lease.resources == {f"CPU_group_0_{PG_HEX}": 1.0, f"CPU_group_{PG_HEX}": 1.0}
     assert ns.available[f"CPU_group_0_{PG_HEX}"] == 0.0
     assert ns.available["CPU"] == 1.0  # the plain CPU outside the bundle is untouched
     # the bundle is full: a second request for it waits
@@ -461,13 +450,6 @@ def test_a_zero_cpu_task_can_target_a_bundle() -> None:
     only_grant(ns.request_lease(b"r1", pg_request({}, PG_HEX, 0), OWNER, JOB))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: pg_request (policy.py:196-207) asks a task for bundle i only for "
-    "CPU_group_i_<pg>, never CPU_group_<pg>, so a task for bundle i and a task for 'any "
-    "bundle' (-1) draw on separate pools: a 1-CPU bundle runs two 1-CPU tasks at once. Ray "
-    "charges an indexed request against the wildcard resource too",
-)
 def test_indexed_and_any_bundle_requests_share_the_bundle_capacity() -> None:
     ns = warm_node({"CPU": 2}, prestart=3)
     ns.prepare_bundle(PG, 0, {"CPU": 1})
@@ -578,14 +560,6 @@ def test_requests_for_a_removed_bundle_are_infeasible_afterwards() -> None:
 # --------------------------------------------------------------------------- DEFAULT spillback
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: NodeState.request_lease/_dispatch (state.py) spill every request that does "
-    "not fit locally to pick_node's least-loaded node of a view that is only refreshed by "
-    "heartbeats, and never charge the spilled request to that view: a burst of 4 spills all "
-    "go to the same 2-CPU node (which queues 2 of them, no_spillback) while another free "
-    "node stays idle",
-)
 def test_a_burst_of_spilled_requests_is_shared_among_the_free_nodes() -> None:
     ns = warm_node({"CPU": 2})
     b = NodeView(b"b", "b:7000", {"CPU": 2}, {"CPU": 2})

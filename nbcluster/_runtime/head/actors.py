@@ -173,7 +173,7 @@ class ActorTable:
     ) -> list[ActorInstruction]:
         """The process hosting an actor ended: restart it if restarts remain."""
         for rec in self.actors.values():
-            if rec.worker_id == worker_id and rec.state in (PENDING, ALIVE):
+            if rec.worker_id == worker_id and rec.state in (PENDING, ALIVE, RESTARTING):
                 return self._lost(rec, detail, now, kind)
         return []
 
@@ -181,7 +181,7 @@ class ActorTable:
         """Every actor on a dead node is lost."""
         out: list[ActorInstruction] = []
         for rec in list(self.actors.values()):
-            if rec.node_id == node_id and rec.state in (PENDING, ALIVE):
+            if rec.node_id == node_id and rec.state in (PENDING, ALIVE, RESTARTING):
                 out += self._lost(rec, f"its node died ({detail})", now, "node_died")
         return out
 

@@ -174,6 +174,7 @@ class NodeState:
             return [Redirect(request_id, "INFEASIBLE", message=decision.reason)]
         if decision.action is Action.SPILL:
             assert decision.node is not None
+            self._charge(decision.node, request)
             return [Redirect(request_id, "SPILLBACK", decision.node.address, decision.reason)]
         self.pending[request_id] = PendingLease(
             request_id, request, owner, job_id, self.new_id(), strategy, allow_spill
@@ -332,6 +333,17 @@ class NodeState:
         for gid in lease.gpu_ids:
             self.gpu_free[gid] = min(1.0, self.gpu_free.get(gid, 0.0) + share)
 
+    def _charge(self, node: NodeView, request: Mapping[str, float]) -> None:
+        """Count a spilled request against our (heartbeat-old) view of that node, so a
+        burst of spills is shared among the free nodes instead of piling onto one."""
+        for i, other in enumerate(self.others):
+            if other.node_id == node.node_id:
+                avail = dict(other.available)
+                for k, v in request.items():
+                    avail[k] = avail.get(k, 0.0) - v
+                self.others[i] = NodeView(other.node_id, other.address, other.total, avail, other.alive)
+                return
+
     def _take_gpus(self, amount: float) -> tuple[list[int], float]:
         """Pick GPU indices: whole GPUs for amounts >= 1, a shared index for a fraction."""
         if amount <= 0:
@@ -361,6 +373,7 @@ class NodeState:
                     decision = pick_node(req.resources, self.view(), self.others, req.strategy)
                     if decision.action is Action.SPILL and decision.node is not None:
                         del self.pending[req.request_id]
+                        self._charge(decision.node, req.resources)
                         out.append(
                             Redirect(
                                 req.request_id, "SPILLBACK", decision.node.address, decision.reason
@@ -374,7 +387,7 @@ class NodeState:
                 continue
             wid = self.idle.popleft()
             w = self.workers[wid]
-            gpu_ids, share = self._take_gpus(req.resources.get("GPU", 0.0))
+            gpu_ids, share = self._take_gpus(_gpu_amount(req.resources))
             for name, amount in req.resources.items():
                 self.available[name] = self.available.get(name, 0.0) - amount
             lease = Lease(req.lease_id, wid, req.resources, gpu_ids, req.owner, req.job_id, share)
@@ -387,3 +400,11 @@ class NodeState:
             out.append(self._new_worker())
             starting += 1
         return out
+
+
+def _gpu_amount(resources: Mapping[str, float]) -> float:
+    """GPUs a request needs, also when it draws on a placement-group bundle's GPUs."""
+    if resources.get("GPU", 0.0) > 0:
+        return resources["GPU"]
+    bundle = [v for k, v in resources.items() if k.startswith("GPU_group_")]
+    return max(bundle) if bundle else 0.0

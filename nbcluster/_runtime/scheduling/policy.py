@@ -152,38 +152,71 @@ def place_bundles(
             return None
         best = min(fitting, key=load)
         return [best for _ in bundles]
-    if strategy == "STRICT_SPREAD":
-        if len(bundles) > len(live):
-            return None
-        out: list[NodeView] = []
-        used: set[bytes] = set()
-        # biggest bundles first get the first pick
-        order = sorted(range(len(bundles)), key=lambda i: -sum(bundles[i].values()))
-        chosen: dict[int, NodeView] = {}
-        for i in order:
-            cands = [n for n in live if n.node_id not in used and fits(bundles[i], room[n.node_id])]
-            if not cands:
-                return None
-            n = min(cands, key=load)
-            used.add(n.node_id)
-            chosen[i] = n
-        out = [chosen[i] for i in range(len(bundles))]
-        return out
-    placed: list[NodeView] = []
+    if strategy == "STRICT_SPREAD" and len(bundles) > len(live):
+        return None
+    if strategy == "PACK":
+        # One node for the whole group whenever one can hold it.
+        need: dict[str, float] = {}
+        for b in bundles:
+            for k, v in b.items():
+                need[k] = need.get(k, 0.0) + v
+        whole = [n for n in live if fits(need, room[n.node_id])]
+        if whole:
+            best = min(whole, key=load)
+            return [best for _ in bundles]
+    return _search(bundles, live, room, strategy)
+
+
+def _search(
+    bundles: Sequence[Mapping[str, float]],
+    live: Sequence[NodeView],
+    room: dict[bytes, dict[str, float]],
+    strategy: str,
+    max_steps: int = 20_000,
+) -> list[NodeView] | None:
+    """Backtracking assignment (biggest bundles first) so a feasible group is always found.
+
+    PACK tries nodes already used by the group first; SPREAD and STRICT_SPREAD try unused
+    nodes first (STRICT_SPREAD never reuses one). Ties go to the least-loaded node.
+    """
+    order = sorted(range(len(bundles)), key=lambda i: -sum(bundles[i].values()))
+    chosen: dict[int, NodeView] = {}
     count: dict[bytes, int] = {}
-    for b in bundles:
+    steps = 0
+
+    def candidates(b: Mapping[str, float]) -> list[NodeView]:
         cands = [n for n in live if fits(b, room[n.node_id])]
-        if not cands:
-            return None
+        if strategy == "STRICT_SPREAD":
+            cands = [n for n in cands if not count.get(n.node_id)]
         if strategy == "PACK":
-            # prefer nodes already used by this group, then the least loaded
-            n = min(cands, key=lambda c: (-count.get(c.node_id, 0), load(c)))
-        else:  # SPREAD
-            n = min(cands, key=lambda c: (count.get(c.node_id, 0), load(c)))
-        _take(room[n.node_id], b)
-        count[n.node_id] = count.get(n.node_id, 0) + 1
-        placed.append(by_id[n.node_id])
-    return placed
+            cands.sort(key=lambda c: (-count.get(c.node_id, 0), load(c)))
+        else:
+            cands.sort(key=lambda c: (count.get(c.node_id, 0), load(c)))
+        return cands
+
+    def place(k: int) -> bool:
+        nonlocal steps
+        if k == len(order):
+            return True
+        i = order[k]
+        for n in candidates(bundles[i]):
+            steps += 1
+            if steps > max_steps:
+                return False
+            _take(room[n.node_id], bundles[i])
+            count[n.node_id] = count.get(n.node_id, 0) + 1
+            chosen[i] = n
+            if place(k + 1):
+                return True
+            for key, v in bundles[i].items():
+                room[n.node_id][key] = room[n.node_id].get(key, 0.0) + v
+            count[n.node_id] -= 1
+            del chosen[i]
+        return False
+
+    if not place(0):
+        return None
+    return [chosen[i] for i in range(len(bundles))]
 
 
 def bundle_resource_names(
@@ -208,8 +241,9 @@ def pg_request(resources: Mapping[str, float], pg_hex: str, index: int) -> dict[
     for k, v in resources.items():
         if v <= 0:
             continue
-        name = f"{k}_group_{pg_hex}" if index < 0 else f"{k}_group_{index}_{pg_hex}"
-        out[name] = v
+        out[f"{k}_group_{pg_hex}"] = v  # every bundle request also draws on the group total
+        if index >= 0:
+            out[f"{k}_group_{index}_{pg_hex}"] = v
     if not out:  # a zero-resource task still must land on a node of the group
         marker = "bundle"
         out[f"{marker}_group_{pg_hex}" if index < 0 else f"{marker}_group_{index}_{pg_hex}"] = 0.001
