@@ -641,3 +641,28 @@ class RawWriter:
             return
         with contextlib.suppress(FileExistsError):  # another fetch of it finished first
             _seal(self.tmp, self.final)
+
+
+def prewarm_pool(store_dir: str, total_bytes: int, file_bytes: int = 128 * 2**20) -> int:
+    """Fill the reuse pool with allocated files so the first large puts skip page allocation.
+
+    Writing into fresh tmpfs pages runs at about a quarter of memcpy; into allocated pages
+    at more than half. Returns the bytes allocated (0 where ``posix_fallocate`` fails).
+    """
+    free_dir = os.path.join(store_dir, FREE_DIR)
+    os.makedirs(free_dir, exist_ok=True)
+    made = 0
+    n = 0
+    while made + file_bytes <= total_bytes:
+        path = os.path.join(free_dir, f"{file_bytes}-{os.getpid()}-prewarm{n}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+        try:
+            os.posix_fallocate(fd, 0, file_bytes)
+        except OSError:
+            os.close(fd)
+            _unlink_quiet(path)
+            break
+        os.close(fd)
+        made += file_bytes
+        n += 1
+    return made
