@@ -28,6 +28,8 @@ __all__ = [
     "task_events",
     "node_stats",
     "owned_objects",
+    "task_lineage",
+    "LineageNode",
     "ref_info",
     "set_output_handler",
     "set_submit_context_provider",
@@ -260,6 +262,62 @@ def ref_info(ref: ObjectRef) -> ObjectInfo | None:
         return None
     entry = client.table.get(ref.binary())
     return None if entry is None else _object_info(ref.binary(), entry)
+
+
+@dataclasses.dataclass(frozen=True)
+class LineageNode:
+    """A task in the graph behind some refs (from the owner's lineage records)."""
+
+    task_id: str
+    name: str
+    state: str  # "pending", "running", "finished" or "failed"
+    object_ids: tuple[str, ...]
+
+
+def task_lineage(
+    refs: list[ObjectRef], max_nodes: int = 2000
+) -> tuple[list[LineageNode], list[tuple[str, str]]]:
+    """The tasks that produce ``refs`` and, recursively, their arguments: (nodes, edges).
+
+    Edges go from the task producing an argument to the task consuming it. Only what this
+    process owns and still remembers is included (lineage ends at ``put`` objects and at
+    arguments already freed).
+    """
+    client = context.require_client()
+    table = client.table
+    nodes: dict[bytes, LineageNode] = {}
+    edges: set[tuple[str, str]] = set()
+    todo = [r.binary() for r in refs]
+    seen: set[bytes] = set()
+    while todo and len(nodes) < max_nodes:
+        oid = todo.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        entry = table.get(oid)
+        rec = getattr(entry, "task", None) if entry is not None else None
+        if rec is None or not hasattr(rec, "return_ids"):
+            continue
+        if rec.task_id not in nodes:
+            entries = [table.get(o) for o in rec.return_ids]
+            if any(e is not None and (e.exc is not None or e.is_error) for e in entries):
+                st = "failed"
+            elif all(e is not None and e.state == 1 for e in entries if e is not None):
+                st = "finished"
+            elif getattr(rec, "lease", None) is not None:
+                st = "running"
+            else:
+                st = "pending"
+            nodes[rec.task_id] = LineageNode(
+                rec.task_id.hex(), rec.name, st, tuple(o.hex() for o in rec.return_ids)
+            )
+        for dep in rec.dep_ids + rec.nested_ids:
+            dep_entry = table.get(dep)
+            dep_rec = getattr(dep_entry, "task", None) if dep_entry is not None else None
+            if dep_rec is not None and hasattr(dep_rec, "task_id"):
+                edges.add((dep_rec.task_id.hex(), rec.task_id.hex()))
+                todo.append(dep)
+    return list(nodes.values()), sorted(edges)
 
 
 def set_output_handler(handler: Callable[[Any, OutputRecord], None] | None) -> None:
