@@ -549,7 +549,7 @@ def test_kill_ends_the_actor_and_its_process(shared_cluster):
 
 
 def test_kill_without_no_restart_restarts_the_actor(shared_cluster):
-    c = Counter.options(max_restarts=1).remote()
+    c = Counter.options(max_restarts=2).remote()
     assert nbcluster.get(c.add.remote(5), timeout=30) == 5
     pid = nbcluster.get(c.pid.remote(), timeout=30)
     nbcluster.kill(c, no_restart=False)
@@ -560,6 +560,8 @@ def test_kill_without_no_restart_restarts_the_actor(shared_cluster):
     assert new_pid != pid
     assert nbcluster.get(c.add.remote(1), timeout=30) == 1  # __init__ ran again
     nbcluster.kill(c)  # no_restart=True by default: final
+    _await_exit(new_pid)  # (kill is asynchronous, as in Ray)
+    time.sleep(1.0)  # a restart would come now: one restart is left, but no_restart=True
     with pytest.raises(ActorDiedError):
         nbcluster.get(c.add.remote(), timeout=30)
 

@@ -188,13 +188,6 @@ def test_crash_on_first_attempt_only_is_retried_to_success(shared_cluster, tmp_p
     assert_cluster_healthy()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WorkerCrashedError,
-    reason="BUG: normal tasks pipelined behind the poison task on the same worker are charged "
-    "a retry each time it kills the worker (submitter.py _lease_failed), so they fail with "
-    "WorkerCrashedError after 4 crashes although they never started",
-)
 def test_poison_task_does_not_stop_normal_tasks(shared_cluster, tmp_path):
     runs = tmp_path / "runs"
     crash = _crasher()

@@ -25,6 +25,7 @@ import pytest
 
 import nbcluster
 from nbcluster import state
+from nbcluster.config import Config
 from nbcluster.exceptions import ActorUnschedulableError, NbclusterError, TaskUnschedulableError
 from nbcluster.testing import assert_no_processes, poll_for
 from nbcluster.util import NodeAffinitySchedulingStrategy
@@ -121,7 +122,7 @@ def test_killing_an_actor_that_spilled_to_another_node_ends_it_and_frees_its_cpu
     assert Counter(nodes)[info.node_id] == 2
     for a in actors:
         nbcluster.kill(a)
-    poll_for(lambda: cpu_back(6), 10, message=f"CPU not back: {nbcluster.available_resources()}")
+    poll_for(lambda: cpu_back(6), 5, message=f"CPU not back: {nbcluster.available_resources()}")
     assert not any(pid_alive(p) for p in pids)
 
 
@@ -315,6 +316,11 @@ def test_strategy_arguments_are_checked_at_the_call(c3):
 
 
 def test_actors_with_node_affinity_run_on_that_node(c3):
+    # The driver keeps idle task leases for a moment after a test, and the head spills a
+    # hard-affinity actor away from a busy node (test_a_hard_affinity_actor_waits_for_its_busy_node):
+    # let those leases go and the heartbeats report it first.
+    config = Config.from_env()
+    time.sleep(config.lease_idle_timeout_s + 2 * config.heartbeat_interval_s)
     actors = [Where.options(scheduling_strategy=affinity(n)).remote() for n in c3["ids"]]
     soft = Where.options(scheduling_strategy=affinity(BOGUS_NODE, soft=True)).remote()
     try:

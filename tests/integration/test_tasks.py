@@ -413,13 +413,6 @@ def test_recursive_fib_does_not_deadlock(shared_cluster):
     assert nbcluster.get(fib.remote(6), timeout=60) == 8
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TaskError,
-    reason="BUG: once a resource shape's tasks are fast on average (submitter.py KeyQueue.depth), "
-    "new tasks of that shape are all pipelined onto one leased worker and run one after the "
-    "other while the other CPU idles; two tasks that wait for each other never meet",
-)
 def test_slow_tasks_after_fast_tasks_run_in_parallel(shared_cluster, tmp_path):
     @nbcluster.remote
     def quick(i):

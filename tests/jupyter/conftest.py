@@ -26,6 +26,8 @@ from nbcluster.testing import assert_no_processes
 
 #: Deadline for anything a kernel does in these tests (generous: shared CI machines).
 DEADLINE_S = 60.0
+#: Deadline for a kernel to start (the first one of a run imports everything cold).
+START_DEADLINE_S = 180.0
 
 
 class Kernel:
@@ -35,7 +37,7 @@ class Kernel:
         self.km = km
         self.client = km.client()
         self.client.start_channels()
-        self.client.wait_for_ready(timeout=DEADLINE_S)
+        self.client.wait_for_ready(timeout=START_DEADLINE_S)
         self.messages: list[dict[str, Any]] = []
         self.replies: dict[str, dict[str, Any]] = {}
         self.session_dirs: list[str] = []

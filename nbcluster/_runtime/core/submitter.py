@@ -144,6 +144,7 @@ class Submitter:
         self.closed = False
         self.node_watch_running = False
         self.dead_nodes: set[bytes] = set()
+        self.fn_avg: dict[bytes, float] = {}  # average run time per function
 
     # -- from user threads ------------------------------------------------------------------
     def submit(self, rec: TaskRecord) -> None:
@@ -273,32 +274,39 @@ class Submitter:
             return
         depth = kq.depth(self.client.config.max_tasks_in_flight_per_worker)
         queue = kq.queue
-        if queue:
-            for lease in kq.leases:
-                if lease.dead or lease.exiting or lease.returned:
-                    continue
-                room = depth - len(lease.inflight)
+        usable = [le for le in kq.leases if not (le.dead or le.exiting or le.returned)]
+        if queue and usable:
+            # Pipelining hides round trips for tiny tasks, but must not hoard work on one
+            # worker: each lease gets at most its share of the queue (counting the leases
+            # still being requested), and only tasks of functions known to be fast queue
+            # behind another task.
+            share = -(
+                -(len(queue) + sum(len(le.inflight) for le in usable))
+                // max(1, len(usable) + len(kq.requests) - len(kq.cancelling))
+            )
+            for lease in usable:
+                room = min(depth, max(1, share)) - len(lease.inflight)
                 if room <= 0:
                     continue
                 if lease.idle_handle is not None:
                     lease.idle_handle.cancel()
                     lease.idle_handle = None
                 while room > 0 and queue:
-                    rec = queue.popleft()
+                    rec = queue[0]
                     if rec.cancelled:
+                        queue.popleft()
                         self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
                         continue
+                    if lease.inflight and not self._is_fast(rec):
+                        break
+                    queue.popleft()
                     self._send(lease, rec)
                     room -= 1
                 self._flush(lease)
                 if not queue:
                     break
-        spare = sum(
-            max(0, depth - len(le.inflight))
-            for le in kq.leases
-            if not (le.dead or le.exiting or le.returned)
-        )
-        want = min(len(queue) - spare, MAX_LEASE_REQUESTS) - (len(kq.requests) - len(kq.cancelling))
+        idle = sum(1 for le in usable if not le.inflight)
+        want = min(len(queue) - idle, MAX_LEASE_REQUESTS) - (len(kq.requests) - len(kq.cancelling))
         for i in range(max(0, want)):
             # Large arguments pull the task toward the node that holds them.
             near = queue[i].locality if i < len(queue) and kq.route is None else ""
@@ -311,6 +319,11 @@ class Submitter:
             for lease in kq.leases:
                 if not lease.inflight and lease.idle_handle is None and not lease.returned:
                     self._schedule_return(lease)
+
+    def _is_fast(self, rec: TaskRecord) -> bool:
+        """True when tasks of this function have averaged under FAST_TASK_S."""
+        avg = self.fn_avg.get(rec.spec.function_id)
+        return avg is not None and avg < FAST_TASK_S
 
     def _send(self, lease: Lease, rec: TaskRecord) -> None:
         spec = rec.spec
@@ -554,11 +567,15 @@ class Submitter:
                 detail = info.detail
         oom = "memory monitor" in detail
         retry = []
+        running = recs[0] if recs else None  # a worker runs its tasks in the order sent
         for rec in recs:
             if rec.done:
                 continue
             if rec.cancelled:
                 self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+                continue
+            if rec is not running:
+                retry.append(rec)  # it was queued behind the one that died: no charge
                 continue
             if oom:
                 if rec.oom_retries_left is None:
@@ -608,6 +625,9 @@ class Submitter:
         kq.avg_duration = (
             duration if kq.avg_duration == 1.0 else 0.8 * kq.avg_duration + 0.2 * duration
         )
+        fid = rec.spec.function_id
+        prev = self.fn_avg.get(fid)
+        self.fn_avg[fid] = duration if prev is None else 0.8 * prev + 0.2 * duration
         if reply.cancelled or (rec.cancelled and reply.is_error):
             self._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
         elif reply.is_error and reply.retryable and rec.retries_left != 0 and not rec.cancelled:
