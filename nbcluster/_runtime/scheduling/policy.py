@@ -141,7 +141,6 @@ def place_bundles(
         )
     live = [n for n in nodes if n.alive]
     room = {n.node_id: dict(n.total if use_total else n.available) for n in live}
-    by_id = {n.node_id: n for n in live}
     if strategy == "STRICT_PACK":
         need: dict[str, float] = {}
         for b in bundles:
