@@ -364,7 +364,9 @@ def pending_tasks(predicate: Callable[[Any], bool] | None = None) -> list[str]:
     client = context.require_client()
     while True:
         try:  # the I/O thread may change the table while we copy it
-            recs = list(client.submitter.tasks.values())
+            with client.submitter._inbox_lock:  # just submitted, not yet on the loop
+                inbox = list(client.submitter._inbox)
+            recs = list(client.submitter.tasks.values()) + inbox
             break
         except RuntimeError:
             continue

@@ -94,6 +94,16 @@ def cpu_back(expected: float) -> bool:
     return nbcluster.available_resources().get("CPU") == expected
 
 
+def settle() -> None:
+    """Let the driver's idle leases of earlier tests go back, and the heartbeats report it.
+
+    Leases are kept ``lease_idle_timeout_s`` after their last task; a test that checks where
+    DEFAULT work lands (or places a hard-affinity actor) must not see them as load.
+    """
+    config = Config.from_env()
+    time.sleep(config.lease_idle_timeout_s + 2 * config.heartbeat_interval_s)
+
+
 def pid_alive(pid: int) -> bool:
     import psutil
 
@@ -237,6 +247,7 @@ def test_nodes_and_resources_are_reported_per_node_and_in_total(c3, tmp_path):
 
 
 def test_default_runs_on_the_local_node_while_it_has_room(c3, tmp_path):
+    settle()
     got = run_together(tmp_path, 2)
     assert got == [(c3["local"], True)] * 2
     for _ in range(3):  # one after another too
@@ -244,6 +255,7 @@ def test_default_runs_on_the_local_node_while_it_has_room(c3, tmp_path):
 
 
 def test_default_goes_elsewhere_once_the_local_node_is_busy(c3, tmp_path):
+    settle()
     got = run_together(tmp_path, 4)
     assert all(met for _, met in got), "the 4 tasks did not all run at once"
     places = Counter(node for node, _ in got)
@@ -259,6 +271,7 @@ def test_default_goes_elsewhere_once_the_local_node_is_busy(c3, tmp_path):
     "(no_spillback) and the third node stays idle",
 )
 def test_default_uses_every_node_when_the_work_needs_them_all(c3, tmp_path):
+    settle()
     got = run_together(tmp_path, 6, limit=3)
     assert all(met for _, met in got), f"the 6 tasks did not all run at once: {got}"
     assert Counter(node for node, _ in got) == {node: 2 for node in c3["ids"]}
@@ -316,11 +329,9 @@ def test_strategy_arguments_are_checked_at_the_call(c3):
 
 
 def test_actors_with_node_affinity_run_on_that_node(c3):
-    # The driver keeps idle task leases for a moment after a test, and the head spills a
-    # hard-affinity actor away from a busy node (test_a_hard_affinity_actor_waits_for_its_busy_node):
-    # let those leases go and the heartbeats report it first.
-    config = Config.from_env()
-    time.sleep(config.lease_idle_timeout_s + 2 * config.heartbeat_interval_s)
+    # the head spills a hard-affinity actor away from a busy node (see
+    # test_a_hard_affinity_actor_waits_for_its_busy_node): start from a quiet cluster
+    settle()
     actors = [Where.options(scheduling_strategy=affinity(n)).remote() for n in c3["ids"]]
     soft = Where.options(scheduling_strategy=affinity(BOGUS_NODE, soft=True)).remote()
     try:

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -137,7 +138,7 @@ class CoreClient:
                 return await factory()
 
             coro = call()
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        fut = contextvars.Context().run(asyncio.run_coroutine_threadsafe, coro, self.loop)
         try:
             return fut.result(timeout)
         except BaseException:
@@ -145,8 +146,8 @@ class CoreClient:
             raise
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Schedule ``fn(*args)`` on the I/O loop (thread-safe)."""
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Schedule ``fn(*args)`` on the I/O loop (thread-safe), outside the caller's contextvars."""
+        self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
     def stop(self) -> None:
         """Release everything and stop the I/O thread."""

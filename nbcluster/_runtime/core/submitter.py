@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -154,7 +155,8 @@ class Submitter:
             if self._inbox_scheduled:
                 return
             self._inbox_scheduled = True
-        self.client.loop.call_soon_threadsafe(self._drain_inbox)
+        # A fresh context: loop callbacks must not carry the submitting cell's contextvars.
+        self.client.loop.call_soon_threadsafe(self._drain_inbox, context=contextvars.Context())
 
     def cancel(self, task_id: bytes, force: bool) -> None:
         """Cancel a task (thread-safe)."""
