@@ -118,7 +118,10 @@ class ActorClass(Generic[C]):
                 client.run(
                     lambda: client.head().ExportFunction(
                         pb.ExportFunctionRequest(
-                            function_id=fid, payload=self._payload, name=self._name, job_id=client.job_id
+                            function_id=fid,
+                            payload=self._payload,
+                            name=self._name,
+                            job_id=client.job_id,
                         ),
                         timeout=60,
                     )
@@ -128,7 +131,9 @@ class ActorClass(Generic[C]):
             client.exported.add(fid)
         return fid
 
-    def _create(self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.ActorOptions) -> ActorHandle:
+    def _create(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.ActorOptions
+    ) -> ActorHandle:
         from nbcluster import _api
 
         client = _api._client_or_autoinit()
@@ -152,7 +157,9 @@ class ActorClass(Generic[C]):
 
         args2 = tuple(swap(a) for a in args)
         kwargs2 = {k: swap(v) for k, v in kwargs.items()}
-        sv = serialize((args2, kwargs2), what="an actor constructor argument", name=f"{self._name}.remote()")
+        sv = serialize(
+            (args2, kwargs2), what="an actor constructor argument", name=f"{self._name}.remote()"
+        )
         # Refs inside the arguments (and the argument objects) live as long as this process.
         client.table.mark_escaped([r.binary() for r in (*dep_refs, *sv.contained_refs)])
         actor_id = client.next_task_id()
@@ -192,7 +199,16 @@ class ActorClass(Generic[C]):
         }
         from nbcluster._remote import resolve_strategy
 
-        resources, strategy, route = resolve_strategy(client, opts.resource_shape(), opts.scheduling_strategy)
+        resources, strategy, route = resolve_strategy(
+            client, opts.resource_shape(), opts.scheduling_strategy
+        )
+        if route is not None and route[0] == "pg":
+            from nbcluster._remote import _captures, _inherits_capture
+
+            if _captures(opts.scheduling_strategy) or _inherits_capture(
+                client, opts.scheduling_strategy
+            ):
+                spec.capture_pg = route[1]
         if route is not None and route[0] == "node":
             strategy = f"NODE_AFFINITY:{route[1].hex()}:{int(route[2])}"
         elif route is not None and route[0] == "pg":
@@ -273,8 +289,12 @@ class ActorMethod:
     def options(self, *, num_returns: int | None = None, **rest: Any) -> ActorMethod:
         """Override ``num_returns`` for one call."""
         if rest:
-            raise ValueError(f"invalid option(s) for an actor method: {', '.join(rest)}; valid: num_returns")
-        return ActorMethod(self._handle, self._name, self._num_returns if num_returns is None else num_returns)
+            raise ValueError(
+                f"invalid option(s) for an actor method: {', '.join(rest)}; valid: num_returns"
+            )
+        return ActorMethod(
+            self._handle, self._name, self._num_returns if num_returns is None else num_returns
+        )
 
     def __repr__(self) -> str:
         return f"<ActorMethod {self._handle._meta['class_name']}.{self._name}>"
@@ -294,10 +314,14 @@ class ActorHandle:
     _owned: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("ActorHandle cannot be created directly; use Cls.remote() or nbcluster.get_actor()")
+        raise TypeError(
+            "ActorHandle cannot be created directly; use Cls.remote() or nbcluster.get_actor()"
+        )
 
     @classmethod
-    def _new(cls, actor_id: bytes, meta: dict[str, Any], client: Any, *, owned: bool) -> ActorHandle:
+    def _new(
+        cls, actor_id: bytes, meta: dict[str, Any], client: Any, *, owned: bool
+    ) -> ActorHandle:
         h = object.__new__(cls)
         h._actor_id = actor_id
         h._meta = meta
@@ -351,7 +375,9 @@ class ActorHandle:
         except Exception:  # noqa: BLE001 - never raise from __del__
             pass
 
-    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], num_returns: int) -> Any:
+    def _call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], num_returns: int
+    ) -> Any:
         client = self._client or context.require_client()
         if getattr(client, "mode", "") == "client":
             return client.actor_call(self, name, args, kwargs, num_returns)
@@ -430,11 +456,15 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     ns = namespace if namespace is not None else client.namespace
     try:
         info = client.run(
-            lambda: client.head().GetNamedActor(pb.NamedActorRequest(name=name, namespace=ns), timeout=10)
+            lambda: client.head().GetNamedActor(
+                pb.NamedActorRequest(name=name, namespace=ns), timeout=10
+            )
         )
     except RpcError as err:
         if err.code().name == "NOT_FOUND":
-            raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}") from None
+            raise ValueError(
+                f"Failed to look up actor with name {name!r} in namespace {ns!r}"
+            ) from None
         raise to_exception(err, Peer.HEAD, "GetNamedActor") from None
     return ActorHandle._new(info.actor_id, deserialize(info.handle_meta), client, owned=False)
 

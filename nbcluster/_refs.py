@@ -37,7 +37,9 @@ class ObjectRef:
         )
 
     @classmethod
-    def _new(cls, object_id: bytes, owner: str, client: CoreClient | None, *, borrowed: bool = False) -> ObjectRef:
+    def _new(
+        cls, object_id: bytes, owner: str, client: CoreClient | None, *, borrowed: bool = False
+    ) -> ObjectRef:
         ref = object.__new__(cls)
         ref._id = object_id
         ref._owner = owner

@@ -107,7 +107,10 @@ class RemoteFunction(Generic[R]):
                 client.run(
                     lambda: client.head().ExportFunction(
                         pb.ExportFunctionRequest(
-                            function_id=fid, payload=self._payload, name=self._name, job_id=client.job_id
+                            function_id=fid,
+                            payload=self._payload,
+                            name=self._name,
+                            job_id=client.job_id,
                         ),
                         timeout=60,
                     )
@@ -117,7 +120,9 @@ class RemoteFunction(Generic[R]):
             client.exported.add(fid)
         return fid
 
-    def _remote(self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.TaskOptions) -> Any:
+    def _remote(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.TaskOptions
+    ) -> Any:
         from nbcluster import _api
 
         client = _api._client_or_autoinit()
@@ -170,12 +175,20 @@ def resolve_strategy(
         return shape, strategy, ("spread",) if strategy == "SPREAD" else None
     if isinstance(strategy, NodeAffinitySchedulingStrategy):
         node_id = bytes.fromhex(strategy.node_id)
-        return shape, f"NODE:{strategy.node_id}:{int(strategy.soft)}", ("node", node_id, strategy.soft)
+        return (
+            shape,
+            f"NODE:{strategy.node_id}:{int(strategy.soft)}",
+            ("node", node_id, strategy.soft),
+        )
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
         pg = strategy.placement_group
         idx = strategy.placement_group_bundle_index
         return pg_request(shape, pg.id.hex(), idx), f"PG:{pg.id.hex()}:{idx}", ("pg", pg.id, idx)
     raise TypeError(f"unsupported scheduling strategy {strategy!r}")
+
+
+def _inherits_capture(client: Any, strategy: Any) -> bool:
+    return strategy == "DEFAULT" and client.current_pg is not None and client.current_pg[1]
 
 
 def _captures(strategy: Any) -> bool:
@@ -264,13 +277,22 @@ def submit_task(
         max_calls=opts.max_calls,
         retry_exceptions=opts.retry_exceptions,
     )
-    shape, strategy, route = resolve_strategy(client, opts.resource_shape(), opts.scheduling_strategy)
+    shape, strategy, route = resolve_strategy(
+        client, opts.resource_shape(), opts.scheduling_strategy
+    )
     rec.resources = shape
     rec.strategy = strategy
     rec.route = route
     rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0)
-    if route is not None and route[0] == "pg" and _captures(opts.scheduling_strategy):
-        rec.spec.capture_pg = route[1]
+    if (
+        route is not None
+        and route[0] == "pg"
+        and (
+            _captures(opts.scheduling_strategy)
+            or _inherits_capture(client, opts.scheduling_strategy)
+        )
+    ):
+        rec.spec.capture_pg = route[1]  # its own children (and theirs) stay in the group
     rec.return_ids = return_ids
     rec.retries_left = opts.max_retries
     rec.dep_ids = [r.binary() for r in dep_refs]
@@ -322,5 +344,7 @@ def _make(target: Any, options: dict[str, Any]) -> Any:
 
         return ActorClass(target, _options.actor_options(options, where="decorator"))
     if not callable(target):
-        raise TypeError(f"@nbcluster.remote needs a function or a class, got {type(target).__name__}")
+        raise TypeError(
+            f"@nbcluster.remote needs a function or a class, got {type(target).__name__}"
+        )
     return RemoteFunction(target, _options.task_options(options, where="decorator"))

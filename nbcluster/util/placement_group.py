@@ -50,8 +50,14 @@ class PlacementGroup:
         """Block until the group is created (True) or ``timeout_seconds`` pass (False)."""
         import nbcluster
 
-        ready, _ = nbcluster.wait([self.ready()], timeout=timeout_seconds)
-        return bool(ready)
+        ref = self.ready()
+        ready, _ = nbcluster.wait([ref], timeout=timeout_seconds)
+        if not ready:
+            return False
+        try:
+            return nbcluster.get(ref) is True
+        except nbcluster.exceptions.NbclusterError:
+            return False  # removed before it was created
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PlacementGroup, (self.id, self.bundle_specs, self.name))

@@ -154,13 +154,6 @@ def test_restart_reruns_init_and_calls_in_flight_fail_without_retries(shared_clu
     nbcluster.kill(c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_runtime/head/actors.py ActorTable.worker_died() ignores the death of "
-    "a RESTARTING actor's new process (it matches PENDING/ALIVE only), so a process that dies "
-    "during a restart's __init__ leaves the actor RESTARTING for ever and calls hang. Match "
-    "RESTARTING too (see the unit test in tests/unit/test_actor_table.py).",
-)
 def test_a_process_that_dies_during_a_restarts_init_is_restarted_again(shared_cluster, tmp_path):
     ctor = tmp_path / "ctor"
 

@@ -284,7 +284,7 @@ def test_map_submits_before_iteration_like_ray(workers, tmp_path):
     pool = ActorPool(workers)
     gen = pool.map(lambda a, v: a.double_logged.remote(v, str(log)), range(4))
     try:
-        poll_for(lambda: log.exists() and len(log.read_text().split()) == 4, 10, 0.05,
+        poll_for(lambda: log.exists() and len(log.read_text().split()) == 4, 3, 0.05,
                  "map() submitted nothing before iteration")
     finally:
         assert list(gen) == [0, 2, 4, 6]

@@ -7,8 +7,8 @@ drivers as subprocesses against a cluster started by the CLI or ``LocalCluster(d
 and end every process of that cluster by PID in ``finally``.
 
 Whether an actor's process has ended is checked by PID with psutil (the PID comes from a
-method of the actor): ``nbcluster.testing.worker_pids`` lists no worker at all (see the xfail
-test in test_failures.py).
+method of the actor, or from the head's actor table), and for L06 also against
+``nbcluster.testing.worker_pids``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from nbcluster.exceptions import (
     TaskError,
 )
 from nbcluster.options import ACTOR_OPTION_NAMES
-from nbcluster.testing import cluster_processes, poll_for
+from nbcluster.testing import cluster_processes, poll_for, worker_pids
 from nbcluster.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 pytestmark = pytest.mark.integration
@@ -812,7 +812,7 @@ def _actor_table(actor_ids: set[str]) -> dict[str, object]:
     return {a.actor_id.hex(): a for a in reply.actors if a.actor_id.hex() in actor_ids}
 
 
-def _many_actors_become_ready_and_free_everything(n: int, timeout: float) -> None:
+def _many_actors_become_ready_and_free_everything(session: str, n: int, timeout: float) -> None:
     """L06. Readiness and PIDs are read from the head's actor table, and only a few actors
     are called: opening n fresh connections at once on a loaded 2-CPU machine trips the
     connection bug of test_actor_faults.py::test_a_call_survives_a_slow_first_connection
@@ -832,6 +832,7 @@ def _many_actors_become_ready_and_free_everything(n: int, timeout: float) -> Non
     pids = [r.worker_pid for r in _actor_table(ids).values()]
     assert len(set(pids)) == n and 0 not in pids  # each in its own process
     assert all(_alive(p) for p in pids)
+    assert set(pids) <= set(worker_pids(session))
     sample = [actors[0], actors[n // 2], actors[-1]]
     assert set(nbcluster.get([a.pid.remote() for a in sample], timeout=60)) <= set(pids)
     # half are killed, the other half dropped
@@ -845,6 +846,7 @@ def _many_actors_become_ready_and_free_everything(n: int, timeout: float) -> Non
         0.2,
         f"actor processes still running: {[p for p in pids if _alive(p)][:10]}",
     )
+    assert not set(pids) & set(worker_pids(session))
     poll_for(
         lambda: all(r.state == dead_state for r in _actor_table(ids).values()),
         30, 0.2, "the head still has live actors",
@@ -857,12 +859,12 @@ def _many_actors_become_ready_and_free_everything(n: int, timeout: float) -> Non
 
 
 def test_200_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_cluster):
-    _many_actors_become_ready_and_free_everything(200, timeout=180)
+    _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 200, 180)
 
 
 @pytest.mark.slow
 def test_1000_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_cluster):
-    _many_actors_become_ready_and_free_everything(1000, timeout=900)
+    _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 1000, 900)
 
 
 # ============================================================ 3. driver lifetime (subprocesses)

@@ -108,7 +108,9 @@ class Submitter:
     """Submits tasks into a placement group from another process than the driver."""
 
     def run_in(self, pg, index, limit):
-        ref = where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index)).remote()
+        ref = where.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index)
+        ).remote()
         try:
             return nbcluster.get(ref, timeout=limit)
         except Exception as e:  # noqa: BLE001 - report the type to the test
@@ -153,7 +155,10 @@ def at_baseline(baseline: dict[str, float]) -> bool:
     avail = nbcluster.available_resources()
     if group_resources(total) or group_resources(avail):
         return False
-    return all(abs(total.get(k, 0) - v) < 1e-6 and abs(avail.get(k, 0) - v) < 1e-6 for k, v in baseline.items())
+    return all(
+        abs(total.get(k, 0) - v) < 1e-6 and abs(avail.get(k, 0) - v) < 1e-6
+        for k, v in baseline.items()
+    )
 
 
 def wait_baseline(baseline: dict[str, float], timeout: float = 15) -> None:
@@ -221,13 +226,6 @@ def test_unplaceable_groups_stay_pending_with_a_reason_until_a_node_that_fits_jo
     wait_baseline({"CPU": 15})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PlacementGroupManager._try_place (head/placement.py:164-170) checks for a "
-    "removal only between prepare and commit; a remove_placement_group() that arrives while "
-    "the CommitBundle RPCs are awaited finds the group PENDING (no CancelBundle), then "
-    "_try_place sets it CREATED: the removed group comes back and its bundles are leaked",
-)
 def test_a_group_removed_while_it_is_being_committed_stays_removed(cluster):
     cluster(
         _node_configs=[
@@ -303,7 +301,13 @@ def test_the_shared_cluster_has_three_nodes_with_two_cpus(c3):
 
 @pytest.mark.parametrize(
     ("strategy", "count", "distinct"),
-    [("PACK", 2, 1), ("PACK", 3, 2), ("SPREAD", 3, 3), ("STRICT_PACK", 2, 1), ("STRICT_SPREAD", 3, 3)],
+    [
+        ("PACK", 2, 1),
+        ("PACK", 3, 2),
+        ("SPREAD", 3, 3),
+        ("STRICT_PACK", 2, 1),
+        ("STRICT_SPREAD", 3, 3),
+    ],
 )
 def test_a_group_is_created_with_its_strategy(c3, strategy, count, distinct):
     pg = placement_group([{"CPU": 1}] * count, strategy=strategy)
@@ -330,7 +334,9 @@ def test_a_group_is_created_with_its_strategy(c3, strategy, count, distinct):
             if per_node[node_id]["Resources"].get(f"CPU_group_{i}_{hexid}") != 1.0:
                 return False
             if any(
-                f"CPU_group_{i}_{hexid}" in n["Resources"] for nid, n in per_node.items() if nid != node_id
+                f"CPU_group_{i}_{hexid}" in n["Resources"]
+                for nid, n in per_node.items()
+                if nid != node_id
             ):
                 return False
         return (
@@ -365,9 +371,13 @@ def test_tasks_run_on_the_node_of_their_bundle(c3):
     assert pg.wait(10)
     placed = bundle_nodes(pg)
     for i in range(3):
-        got = nbcluster.get([where.options(scheduling_strategy=in_pg(pg, i)).remote() for _ in range(3)])
+        got = nbcluster.get(
+            [where.options(scheduling_strategy=in_pg(pg, i)).remote() for _ in range(3)]
+        )
         assert got == [placed[i]] * 3
-    anywhere = nbcluster.get([where.options(scheduling_strategy=in_pg(pg, -1)).remote() for _ in range(9)])
+    anywhere = nbcluster.get(
+        [where.options(scheduling_strategy=in_pg(pg, -1)).remote() for _ in range(9)]
+    )
     assert set(anywhere) <= set(placed.values())
     zero = where.options(num_cpus=0, scheduling_strategy=in_pg(pg, 2)).remote()
     assert nbcluster.get(zero, timeout=30) == placed[2]
@@ -380,7 +390,9 @@ def test_actors_run_on_the_node_of_their_bundle(c3):
     placed = bundle_nodes(pg)
     actors = [Where.options(scheduling_strategy=in_pg(pg, i)).remote() for i in range(3)]
     try:
-        assert nbcluster.get([a.node.remote() for a in actors], timeout=60) == [placed[i] for i in range(3)]
+        assert nbcluster.get([a.node.remote() for a in actors], timeout=60) == [
+            placed[i] for i in range(3)
+        ]
     finally:
         for a in actors:
             nbcluster.kill(a)
@@ -388,7 +400,9 @@ def test_actors_run_on_the_node_of_their_bundle(c3):
     assert pg2.wait(10)
     any_bundle = Where.options(scheduling_strategy=in_pg(pg2, -1)).remote()
     try:
-        assert nbcluster.get(any_bundle.node.remote(), timeout=60) in set(bundle_nodes(pg2).values())
+        assert nbcluster.get(any_bundle.node.remote(), timeout=60) in set(
+            bundle_nodes(pg2).values()
+        )
     finally:
         nbcluster.kill(any_bundle)
     remove_placement_group(pg)
@@ -410,38 +424,31 @@ def _two_whole_nodes(c3: dict[str, Any]) -> tuple[PlacementGroup, set[str], str]
 def test_capture_child_tasks_keeps_a_child_inside_the_group(c3):
     pg, group, outside = _two_whole_nodes(c3)
     # The parent's node has no plain CPU left, so an uncaptured child must leave the group...
-    free = nbcluster.get(nested.options(num_cpus=1, scheduling_strategy=in_pg(pg, 0)).remote(1), timeout=60)
+    free = nbcluster.get(
+        nested.options(num_cpus=1, scheduling_strategy=in_pg(pg, 0)).remote(1), timeout=60
+    )
     assert free[0] in group and free[1] == outside
     # ...and a captured one stays in it.
     captured = in_pg(pg, 0, capture=True)
-    kept = nbcluster.get(nested.options(num_cpus=1, scheduling_strategy=captured).remote(1), timeout=60)
+    kept = nbcluster.get(
+        nested.options(num_cpus=1, scheduling_strategy=captured).remote(1), timeout=60
+    )
     assert kept[0] in group and kept[1] in group
     remove_placement_group(pg)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: capture is not inherited: _remote.submit_task sets spec.capture_pg only when "
-    "the task's own strategy says capture (_remote.py:263-264), and a captured child's strategy "
-    "is 'DEFAULT', so worker/main.py:406 clears current_pg for the child and grandchildren "
-    "run outside the group (Ray passes capture on to all descendants)",
-)
 def test_capture_child_tasks_also_captures_grandchildren(c3):
     pg, group, outside = _two_whole_nodes(c3)
     try:
         captured = in_pg(pg, 0, capture=True)
-        nodes = nbcluster.get(nested.options(num_cpus=1, scheduling_strategy=captured).remote(2), timeout=60)
+        nodes = nbcluster.get(
+            nested.options(num_cpus=1, scheduling_strategy=captured).remote(2), timeout=60
+        )
         assert [n in group for n in nodes] == [True, True, True], (nodes, outside)
     finally:
         remove_placement_group(pg)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: placement_group_capture_child_tasks is ignored for actors: ActorClass "
-    "creation (_actor.py:183-190) never sets spec.capture_pg, so tasks an actor's methods "
-    "submit run outside the actor's group",
-)
 def test_an_actor_with_capture_child_tasks_keeps_its_tasks_in_the_group(c3):
     pg, group, outside = _two_whole_nodes(c3)
     actor = Where.options(scheduling_strategy=in_pg(pg, 0, capture=True)).remote()
@@ -494,7 +501,9 @@ def test_removing_a_group_ends_its_tasks_and_actors_and_frees_it(c3, tmp_path):
     no_retry = gated.options(max_retries=0, scheduling_strategy=in_pg(pg, 0)).remote(
         str(tmp_path / "s0"), str(gate)
     )
-    retried = gated.options(scheduling_strategy=in_pg(pg, 1)).remote(str(tmp_path / "s1"), str(gate))
+    retried = gated.options(scheduling_strategy=in_pg(pg, 1)).remote(
+        str(tmp_path / "s1"), str(gate)
+    )
     actor = Where.options(scheduling_strategy=in_pg(pg, 2)).remote()
     assert nbcluster.get(actor.node.remote(), timeout=60) == bundle_nodes(pg)[2]
     poll_for(lambda: (tmp_path / "s0").exists() and (tmp_path / "s1").exists(), 30)
@@ -516,12 +525,6 @@ def test_removing_a_group_ends_its_tasks_and_actors_and_frees_it(c3, tmp_path):
     wait_baseline(c3["baseline"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PlacementGroup.wait (util/placement_group.py:47-52) returns bool(ready) of "
-    "nbcluster.wait, and an errored ref counts as ready: wait() is True for a group that was "
-    "removed before it was ever created",
-)
 def test_wait_is_false_for_a_group_removed_before_it_was_created(c3):
     pg = placement_group([{"CPU": 64}])
     assert pg.wait(0.5) is False
@@ -612,43 +615,45 @@ def test_a_detached_group_outlives_its_driver_and_a_plain_one_does_not(c3, tmp_p
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=os.environ.copy()
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
     )
     assert done.returncode == 0 and "ready" in done.stdout, done.stderr[-2000:]
 
     def by_name() -> dict[str, str]:
-        return {r["name"]: r["state"] for r in placement_group_table().values() if r["name"] in ("kept", "dropped")}
+        return {
+            r["name"]: r["state"]
+            for r in placement_group_table().values()
+            if r["name"] in ("kept", "dropped")
+        }
 
-    poll_for(lambda: by_name() == {"kept": "CREATED", "dropped": "REMOVED"}, 30, message=f"{by_name()}")
+    poll_for(
+        lambda: by_name() == {"kept": "CREATED", "dropped": "REMOVED"}, 30, message=f"{by_name()}"
+    )
     remove_all_groups()
 
 
 # --------------------------------------------------------------------------- known bugs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: pg_request (scheduling/policy.py:196-207) charges a task for bundle i only to "
-    "CPU_group_i_<pg> and a task for any bundle only to CPU_group_<pg>: both run at once in a "
-    "1-CPU bundle (the bundle is oversubscribed)",
-)
 def test_a_one_cpu_bundle_runs_one_one_cpu_task_at_a_time(c3, tmp_path):
     pg = placement_group([{"CPU": 1}])
     assert pg.wait(10)
     try:
-        a = meet.options(scheduling_strategy=in_pg(pg, 0)).remote(str(tmp_path / "a"), str(tmp_path / "b"), 2)
-        b = meet.options(scheduling_strategy=in_pg(pg, -1)).remote(str(tmp_path / "b"), str(tmp_path / "a"), 2)
+        a = meet.options(scheduling_strategy=in_pg(pg, 0)).remote(
+            str(tmp_path / "a"), str(tmp_path / "b"), 2
+        )
+        b = meet.options(scheduling_strategy=in_pg(pg, -1)).remote(
+            str(tmp_path / "b"), str(tmp_path / "a"), 2
+        )
         assert nbcluster.get([a, b], timeout=60) != ["together", "together"]
     finally:
         remove_placement_group(pg)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a task in a GPU bundle gets no GPU: node/state.py _dispatch assigns GPU ids "
-    "only for the plain 'GPU' key (the request names GPU_group_<i>_<pg>), so get_gpu_ids() is "
-    "[] and CUDA_VISIBLE_DEVICES is unset",
-)
 def test_a_task_in_a_gpu_bundle_sees_its_gpu(c3):
     pg = placement_group([{"CPU": 1, "GPU": 1}])
     assert pg.wait(10)
@@ -661,14 +666,6 @@ def test_a_task_in_a_gpu_bundle_sees_its_gpu(c3):
         remove_placement_group(pg)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: CoreClient._pg_cache (core/client.py:459-477) keeps a CREATED group forever "
-    "in every process but the one that called remove_placement_group; there the submitter "
-    "(_routed_request) keeps routing to the removed bundle, gets INFEASIBLE and retries "
-    "every second: the task hangs with an InfeasibleResourceWarning instead of failing with "
-    "TaskUnschedulableError",
-)
 def test_a_group_removed_elsewhere_fails_new_tasks_in_every_process(c3):
     pg = placement_group([{"CPU": 1}])
     assert pg.wait(10)

@@ -82,7 +82,9 @@ def affinity(node_id: str, soft: bool = False) -> NodeAffinitySchedulingStrategy
     return NodeAffinitySchedulingStrategy(node_id, soft=soft)
 
 
-def run_together(tmp: Path, count: int, limit: float = 20, **options: Any) -> list[tuple[str, bool]]:
+def run_together(
+    tmp: Path, count: int, limit: float = 20, **options: Any
+) -> list[tuple[str, bool]]:
     """``count`` barrier tasks with ``options``; their (node, met) pairs."""
     d = tmp / f"barrier-{time.monotonic_ns()}"
     d.mkdir()
@@ -116,13 +118,6 @@ def pid_alive(pid: int) -> bool:
 # ------------------------------------------------------------------- special clusters (factory)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ActorManager._place_inner records node_address=address (head/actor_service.py:"
-    "175), the node it first asked, but _lease (actor_service.py:202-226) follows SPILLBACK "
-    "replies to another node: kill() then sends StopWorker to the wrong node, the actor's "
-    "process lives on and its CPU is never given back",
-)
 def test_killing_an_actor_that_spilled_to_another_node_ends_it_and_frees_its_cpu(cluster):
     info = cluster(num_cpus=2, _nodes=3)
     # The head sends all three to the driver's node; the third is spilled elsewhere.
@@ -136,12 +131,6 @@ def test_killing_an_actor_that_spilled_to_another_node_ends_it_and_frees_its_cpu
     assert not any(pid_alive(p) for p in pids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SPREAD actors do not spread: ActorManager._pick_node (head/actor_service.py:"
-    "99-121) takes the least-loaded node of the heartbeat view, which placing an actor does not "
-    "update, so actors created together go to the same node (and spill from there)",
-)
 def test_spread_actors_land_on_distinct_nodes(cluster):
     cluster(num_cpus=2, _nodes=3)
     actors = [Where.options(scheduling_strategy="SPREAD").remote() for _ in range(3)]
@@ -149,12 +138,6 @@ def test_spread_actors_land_on_distinct_nodes(cluster):
     assert len(set(nodes)) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a hard node-affinity actor runs elsewhere when its node is busy: "
-    "ActorManager._lease (head/actor_service.py:208-213) sends no_spillback=hops > 0, so the "
-    "first lease request may be spilled and the head follows the SPILLBACK",
-)
 def test_a_hard_affinity_actor_waits_for_its_busy_node(cluster, tmp_path):
     info = cluster(num_cpus=2, _nodes=3)
     target = next(n["NodeID"] for n in nbcluster.nodes() if n["NodeID"] != info.node_id)
@@ -183,7 +166,12 @@ def _three_nodes() -> Iterator[dict[str, Any]]:
         nbcluster.shutdown()
     info = nbcluster.init(num_cpus=2, _nodes=3)
     ids = [n["NodeID"] for n in nbcluster.nodes()]
-    yield {"info": info, "local": info.node_id, "ids": ids, "baseline": nbcluster.cluster_resources()}
+    yield {
+        "info": info,
+        "local": info.node_id,
+        "ids": ids,
+        "baseline": nbcluster.cluster_resources(),
+    }
     nbcluster.shutdown()
     assert_no_processes(info.session_dir, timeout=10)
 
@@ -263,13 +251,6 @@ def test_default_goes_elsewhere_once_the_local_node_is_busy(c3, tmp_path):
     assert sum(places.values()) == 4 and set(places) <= set(c3["ids"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: spillback piles up on one node: NodeState.request_lease (node/state.py) "
-    "spills every request that does not fit locally to the least-loaded node of its "
-    "heartbeat view without charging it, so 4 of 6 go to one 2-CPU node, 2 queue there "
-    "(no_spillback) and the third node stays idle",
-)
 def test_default_uses_every_node_when_the_work_needs_them_all(c3, tmp_path):
     settle()
     got = run_together(tmp_path, 6, limit=3)
@@ -283,7 +264,8 @@ def test_spread_puts_tasks_on_every_node(c3, tmp_path):
     assert Counter(node for node, _ in got) == {node: 2 for node in c3["ids"]}
     # one at a time too: SPREAD does not stay where there is room
     one_by_one = [
-        nbcluster.get(where.options(scheduling_strategy="SPREAD").remote(), timeout=30) for _ in range(6)
+        nbcluster.get(where.options(scheduling_strategy="SPREAD").remote(), timeout=30)
+        for _ in range(6)
     ]
     assert set(one_by_one) == set(c3["ids"])
 
@@ -297,15 +279,19 @@ def test_hard_node_affinity_runs_every_task_on_that_node(c3, tmp_path, index):
     d = tmp_path / "four"
     d.mkdir()
     refs = [
-        barrier.options(scheduling_strategy=affinity(node_id)).remote(str(d), i, 4, 1) for i in range(4)
+        barrier.options(scheduling_strategy=affinity(node_id)).remote(str(d), i, 4, 1)
+        for i in range(4)
     ]
     assert [node for node, _ in nbcluster.get(refs, timeout=60)] == [node_id] * 4
 
 
 def test_soft_node_affinity_prefers_the_node(c3):
+    # One at a time, so that the node always has room: a soft affinity may leave a busy node
+    # (unlike Ray's default, which waits there unless _spill_on_unavailable=True).
     for node_id in c3["ids"]:
-        refs = [where.options(scheduling_strategy=affinity(node_id, soft=True)).remote() for _ in range(3)]
-        assert nbcluster.get(refs, timeout=30) == [node_id] * 3
+        for _ in range(3):
+            ref = where.options(scheduling_strategy=affinity(node_id, soft=True)).remote()
+            assert nbcluster.get(ref, timeout=30) == node_id
 
 
 def test_affinity_to_an_unknown_node(c3):
@@ -342,13 +328,6 @@ def test_actors_with_node_affinity_run_on_that_node(c3):
             nbcluster.kill(a)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an actor with hard affinity to an unknown (or dead) node stays pending "
-    "forever: ActorManager._pick_node returns None 'until that node is back' (head/"
-    "actor_service.py:105-111), but node ids are never reused; tasks fail at once with "
-    "TaskUnschedulableError, actors should fail with ActorUnschedulableError",
-)
 def test_an_actor_with_hard_affinity_to_an_unknown_node_fails(c3):
     actor = Where.options(scheduling_strategy=affinity(BOGUS_NODE)).remote()
     try:
@@ -364,7 +343,9 @@ def test_affinity_to_a_node_that_died(c3):
     lc = state.local_cluster()
     lc.add_node(num_cpus=1)
     (new,) = {n["NodeID"] for n in nbcluster.nodes()} - before
-    assert nbcluster.get(where.options(scheduling_strategy=affinity(new)).remote(), timeout=30) == new
+    assert (
+        nbcluster.get(where.options(scheduling_strategy=affinity(new)).remote(), timeout=30) == new
+    )
     lc.remove_node()
     poll_for(lambda: not next(n for n in nbcluster.nodes() if n["NodeID"] == new)["Alive"], 30)
     with pytest.raises(NbclusterError) as info:

@@ -273,6 +273,19 @@ def test_a_process_that_dies_during_a_restart_init_restarts_again(table: ActorTa
     rec = table.actors[b"a1"]
     assert Place(b"a1") in ins
     assert rec.state == RESTARTING and rec.num_restarts == 2
+    place(table, b"a1", b"w3")
+    ins = table.worker_died(b"w3", "crash in __init__ again", now=4.0)  # restarts used up
+    assert not any(isinstance(i, Place) for i in ins)
+    assert rec.state == DEAD and "after 2 restart(s)" in rec.death_cause
+
+
+def test_node_died_during_a_restart_init_counts_too(table: ActorTable) -> None:
+    alive(table, b"a1", b"w1", max_restarts=2)
+    table.worker_died(b"w1", "crash 1", now=2.0)
+    place(table, b"a1", b"w2")
+    ins = table.node_died(NODE_ID, "heartbeats stopped", now=3.0)
+    assert Place(b"a1") in ins
+    assert table.actors[b"a1"].num_restarts == 2
 
 
 def test_node_died_loses_every_actor_on_the_node(table: ActorTable) -> None:

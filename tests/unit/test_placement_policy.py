@@ -304,7 +304,9 @@ GREEDY_MISSES = [
 ]
 
 
-@pytest.mark.parametrize(("strategy", "nodes", "bundles"), GREEDY_MISSES, ids=[s for s, _, _ in GREEDY_MISSES])
+@pytest.mark.parametrize(
+    ("strategy", "nodes", "bundles"), GREEDY_MISSES, ids=[s for s, _, _ in GREEDY_MISSES]
+)
 def test_a_feasible_group_is_always_placed(
     strategy: str, nodes: list[NodeView], bundles: list[dict[str, float]]
 ) -> None:
@@ -459,13 +461,6 @@ def test_indexed_and_any_bundle_requests_share_the_bundle_capacity() -> None:
     assert grants(out) == []  # the bundle's one CPU is taken
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a lease on a GPU bundle gets no GPU ids: _dispatch (state.py) calls "
-    "_take_gpus(req.resources.get('GPU')) but the request says GPU_group_<i>_<pg>, and "
-    "prepare_bundle never reserves GPU indices from gpu_free; get_gpu_ids() is [] and "
-    "CUDA_VISIBLE_DEVICES is unset in a placement-group GPU task",
-)
 def test_a_lease_on_a_gpu_bundle_gets_gpu_ids() -> None:
     ns = warm_node({"CPU": 2, "GPU": 2})
     ns.prepare_bundle(PG, 0, {"GPU": 1})
@@ -505,7 +500,9 @@ def test_cancel_of_a_committed_bundle_ends_the_work_in_it() -> None:
 
     out = ns.cancel_bundle(PG, 0)
     assert KillWorker(inside.lease.worker_id, "its placement group was removed") in out
-    assert not any(isinstance(i, KillWorker) and i.worker_id == outside.lease.worker_id for i in out)
+    assert not any(
+        isinstance(i, KillWorker) and i.worker_id == outside.lease.worker_id for i in out
+    )
     assert Redirect(b"wait", "INFEASIBLE", message="its placement group was removed") in out
     assert b"wait" not in ns.pending
     # the bundle's 2 CPUs are plain CPUs again: the waiting plain request gets them

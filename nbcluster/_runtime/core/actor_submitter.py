@@ -292,6 +292,8 @@ class ActorSubmitter:
 
 def _death_error(info: pb.ActorInfo) -> BaseException:
     """The ActorDiedError callers of a dead actor see."""
+    if info.death_kind == "unschedulable":
+        return exc.ActorUnschedulableError(info.death_cause, name=info.class_name)
     init_failed = info.death_kind == "init_failed"
     cause = None
     reason = info.death_cause or "the actor is dead"

@@ -379,8 +379,10 @@ class Submitter:
                 if not nodes:  # maybe it just joined: look again without the cache
                     nodes = [n for n in await client.alive_nodes(max_age=0) if n.node_id == node_id]
                 if nodes:
+                    # Soft or hard, a busy node is waited for (as Ray does by default); a
+                    # soft request goes elsewhere only when that node cannot ever run it.
                     addresses = [nodes[0].address]
-                    spill = soft
+                    spill = False
                 elif soft:
                     addresses, spill = [client.node_address], True
                 else:
@@ -414,6 +416,11 @@ class Submitter:
         kq.rr += 1
         kq.requests[rid] = address
         await self._lease_request(kq, rid, address, spill)
+
+    def _request_lease_direct(self, kq: KeyQueue, address: str) -> None:
+        rid = os.urandom(16)
+        kq.requests[rid] = address
+        self.client.loop.create_task(self._lease_request(kq, rid, address, True))
 
     def _fail_queue(self, kq: KeyQueue, error: BaseException) -> None:
         while kq.queue:
@@ -465,6 +472,12 @@ class Submitter:
         elif reply.status == pb.LeaseReply.SPILLBACK:
             self._request_lease(kq, reply.spill_address, spill=False)
         elif reply.status == pb.LeaseReply.INFEASIBLE:
+            if kq.route is not None and kq.route[0] == "pg":
+                # Maybe the group was removed by another process: ask the head again.
+                self.client.forget_placement_group(kq.route[1])
+            if kq.route is not None and kq.route[0] == "node" and kq.route[2] and not spill:
+                self._request_lease_direct(kq, self.client.node_address)  # soft: go elsewhere
+                return
             self._infeasible(kq, reply.message)
             await asyncio.sleep(1.0)
             self._pump(kq)

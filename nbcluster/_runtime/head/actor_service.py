@@ -135,6 +135,15 @@ class ActorManager:
             return min(could, key=load).address
         return None
 
+    def _charge(self, address: str, resources: dict[str, float]) -> None:
+        """Count a placed actor against the (heartbeat-old) view so the next placement,
+        SPREAD in particular, sees it at once."""
+        for n in self.state.live_nodes():
+            if n.address == address:
+                for k, v in resources.items():
+                    n.available[k] = n.available.get(k, 0.0) - v
+                return
+
     async def _place(self, actor_id: bytes) -> None:
         try:
             await self._place_inner(actor_id)
@@ -147,6 +156,19 @@ class ActorManager:
             rec = self.table.actors.get(actor_id)
             if rec is None or rec.state == DEAD:
                 return
+            if rec.strategy.startswith("NODE_AFFINITY:") and rec.strategy.endswith(":0"):
+                node_hex = rec.strategy.split(":")[1]
+                alive = {n.node_id.hex() for n in self.state.live_nodes()}
+                if node_hex not in alive:  # node ids are never reused: it will not come back
+                    self.apply(
+                        self.table.unschedulable(
+                            actor_id,
+                            f"its hard node affinity names node {node_hex}, which is dead or "
+                            "unknown; use soft=True to run elsewhere",
+                            self.clock(),
+                        )
+                    )
+                    return
             address = self._pick_node(rec)
             if address is None:
                 if not warned:
@@ -158,6 +180,7 @@ class ActorManager:
                     self.apply([self.table._bump(rec)])
                 await asyncio.sleep(1.0)
                 continue
+            self._charge(address, rec.resources)  # actors placed together then spread out
             reply = await self._lease(rec, address)
             if reply is None:
                 await asyncio.sleep(0.5)
@@ -174,7 +197,7 @@ class ActorManager:
                 self.table.placed(
                     actor_id,
                     node_id=reply.node_id,
-                    node_address=address,
+                    node_address=rec.node_address or address,
                     worker_id=reply.worker_id,
                     worker_pid=reply.worker_pid,
                     lease_id=reply.lease_id,
@@ -217,7 +240,9 @@ class ActorManager:
                         resources=rec.resources,
                         owner_address=f"head-actor:{rec.actor_id.hex()}",
                         job_id=rec.job_id,
-                        no_spillback=hops > 0,
+                        no_spillback=hops > 0
+                        or rec.strategy.startswith("NODE_AFFINITY:")
+                        and rec.strategy.endswith(":0"),
                         strategy="DEFAULT",
                     ),
                     timeout=None,
@@ -226,6 +251,7 @@ class ActorManager:
                 log.warning("actor lease request to %s failed: %s", address, err.code().name)
                 return None
             if reply.status == pb.LeaseReply.GRANTED:
+                rec.node_address = address  # where the lease really is (after spillbacks)
                 return reply
             if reply.status == pb.LeaseReply.SPILLBACK:
                 address = reply.spill_address

@@ -168,6 +168,14 @@ class ActorTable:
         rec.init_error = error
         return [*out, self._bump(rec)]
 
+    def unschedulable(self, actor_id: bytes, reason: str, now: float) -> list[ActorInstruction]:
+        """The actor can never be placed (e.g. hard affinity to a dead node)."""
+        rec = self.actors.get(actor_id)
+        if rec is None or rec.state == DEAD:
+            return []
+        self._die(rec, "unschedulable", reason, now)
+        return [self._bump(rec)]
+
     def worker_died(
         self, worker_id: bytes, detail: str, now: float, kind: str = "process_died"
     ) -> list[ActorInstruction]:

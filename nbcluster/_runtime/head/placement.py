@@ -208,6 +208,12 @@ class PlacementGroupManager:
             return
         for i, addr in prepared:
             await self._bundle_rpc("CommitBundle", addr, pg, i)
+        if pg.state != PENDING:  # removed while the commits were in flight
+            await asyncio.gather(
+                *(self._bundle_rpc("CancelBundle", addr, pg, i) for i, addr in prepared),
+                return_exceptions=True,
+            )
+            return
         del pg.bundle_node_ids[:]
         del pg.bundle_node_addresses[:]
         pg.bundle_node_ids.extend(n.node_id for n in chosen)

@@ -341,7 +341,9 @@ class NodeState:
                 avail = dict(other.available)
                 for k, v in request.items():
                     avail[k] = avail.get(k, 0.0) - v
-                self.others[i] = NodeView(other.node_id, other.address, other.total, avail, other.alive)
+                self.others[i] = NodeView(
+                    other.node_id, other.address, other.total, avail, other.alive
+                )
                 return
 
     def _take_gpus(self, amount: float) -> tuple[list[int], float]:

@@ -156,6 +156,7 @@ class Executor:
         self.actor: Any = None
         self.actor_id = b""
         self.actor_runner: Any = None  # set for threaded or async actors
+        self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
 
     # -- called on the I/O loop ------------------------------------------------------------
@@ -305,6 +306,7 @@ class Executor:
         client.job_id = spec.job_id
         client.namespace = spec.namespace
         client.current_task_id = spec.task_id
+        client.current_pg = (spec.capture_pg, True) if spec.capture_pg else None
         try:
             cls = self.function(spec)
             args, kwargs = self.resolve_args(spec)
@@ -319,6 +321,7 @@ class Executor:
             client.current_task_id = b""
         self.actor = instance
         self.actor_id = spec.actor_id
+        self.actor_capture = (spec.capture_pg, True) if spec.capture_pg else None
         concurrency = spec.max_concurrency or (1000 if spec.is_async else 1)
         if spec.is_async:
             self._start_async_runner(concurrency)
@@ -427,7 +430,10 @@ class Executor:
         )
         name = spec.function_name
         client.current_task_id = spec.task_id
-        client.current_pg = (spec.capture_pg, True) if spec.capture_pg else None
+        if spec.actor_id:
+            client.current_pg = self.actor_capture  # an actor's calls keep its group
+        else:
+            client.current_pg = (spec.capture_pg, True) if spec.capture_pg else None
         client.job_id = spec.job_id
         client.namespace = spec.namespace
         if spec.gpu_ids:
