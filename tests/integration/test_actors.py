@@ -862,7 +862,7 @@ def test_200_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_c
     _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 200, 180)
 
 
-@pytest.mark.slow
+@pytest.mark.stress
 def test_1000_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_cluster):
     _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 1000, 900)
 
