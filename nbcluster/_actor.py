@@ -348,6 +348,38 @@ class ActorHandle:
     def __repr__(self) -> str:
         return f"ActorHandle({self._meta['class_name']}, {self._actor_id.hex()})"
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Class, state, node and restarts (text and escaped HTML)."""
+        import html
+
+        from nbcluster import state
+
+        info = state.actor_info(self)
+        text = repr(self)
+        if info is None:
+            return {"text/plain": text}
+        restarts = (
+            f"{info['restarts']}/{'∞' if info['max_restarts'] == -1 else info['max_restarts']}"
+        )
+        text = (
+            f"Actor {info['class_name']}{' ' + repr(info['name']) if info['name'] else ''}: "
+            f"{info['state']} on node {info['node_id'][:8]} (pid {info['pid']}), restarts {restarts}"
+        )
+        if info["state"] == "DEAD" and info["death_cause"]:
+            text += f"; {info['death_cause']}"
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+            for k, v in [
+                ("actor", f"{info['class_name']} {info['name'] or ''}".strip()),
+                ("state", info["state"]),
+                ("node", info["node_id"][:8]),
+                ("pid", info["pid"]),
+                ("restarts", restarts),
+                ("id", self._actor_id.hex()),
+            ]
+        )
+        return {"text/plain": text, "text/html": f"<table>{rows}</table>"}
+
     def __hash__(self) -> int:
         return hash(self._actor_id)
 

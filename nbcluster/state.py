@@ -24,6 +24,7 @@ __all__ = [
     "is_connected",
     "session_info",
     "local_cluster",
+    "actor_info",
     "cluster_status",
     "task_events",
     "node_stats",
@@ -152,6 +153,8 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
                 "store_used": n.store_used,
                 "store_capacity": n.store_capacity,
                 "num_workers": n.num_workers,
+                "pending_leases": n.pending_leases,
+                "running_tasks": n.leased_workers,
             }
         )
         for k, v in n.total.items():
@@ -167,7 +170,39 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
         "store_used": sum(n["store_used"] for n in nodes),
         "store_capacity": sum(n["store_capacity"] for n in nodes),
         "num_workers": sum(n["num_workers"] for n in nodes),
+        "pending_leases": sum(n["pending_leases"] for n in nodes),
+        "running_tasks": sum(n["running_tasks"] for n in nodes),
         "actors": sum(1 for a in actors.actors if a.state != pb.ActorInfo.DEAD),
+    }
+
+
+def actor_info(handle: Any) -> dict[str, Any] | None:
+    """State, node, pid and restarts of an actor (None when the head does not know it)."""
+    client = context.current_client()
+    if client is None or getattr(client, "mode", "") == "client":
+        return None
+    try:
+        info = client.run(
+            lambda: client.head_once().WaitActor(
+                pb.WaitActorRequest(
+                    actor_id=handle._actor_id, after_version=1 << 62, timeout=0.001
+                ),
+                timeout=5,
+            ),
+            timeout=6,
+        )
+    except Exception:  # noqa: BLE001 - a repr must not raise
+        return None
+    states = {0: "PENDING", 1: "ALIVE", 2: "RESTARTING", 3: "DEAD"}
+    return {
+        "class_name": info.class_name,
+        "state": states.get(info.state, str(info.state)),
+        "node_id": info.node_id.hex(),
+        "pid": info.worker_pid,
+        "restarts": info.num_restarts,
+        "max_restarts": info.max_restarts,
+        "name": info.name,
+        "death_cause": info.death_cause,
     }
 
 

@@ -167,6 +167,8 @@ def node_info(n: NodeRecord) -> pb.NodeInfo:
         death_reason=n.death_reason,
         last_heartbeat=n.last_heartbeat,
         store_spilled=n.store_spilled,
+        pending_leases=n.pending_leases,
+        leased_workers=n.leased_workers,
     )
 
 
@@ -238,6 +240,7 @@ class HeadService(pb_grpc.HeadServicer):
             request.store_spilled,
             request.pending_leases,
             dict(request.total),
+            request.leased_workers,
         )
         if not ok:
             known = self.state.nodes.get(request.node_id)

@@ -34,6 +34,7 @@ class NodeRecord:
     store_spilled: int = 0
     num_workers: int = 0
     pending_leases: int = 0
+    leased_workers: int = 0
 
 
 @dataclasses.dataclass
@@ -86,6 +87,7 @@ class HeadState:
         store_spilled: int = 0,
         pending_leases: int = 0,
         total: dict[str, float] | None = None,
+        leased_workers: int = 0,
     ) -> bool:
         """Record a heartbeat; return False when the node must re-register.
 
@@ -103,6 +105,7 @@ class HeadState:
         node.store_spilled = store_spilled
         node.num_workers = num_workers
         node.pending_leases = pending_leases
+        node.leased_workers = leased_workers
         return True
 
     def unregister_node(self, node_id: bytes, reason: str) -> NodeDied | None:

@@ -655,6 +655,7 @@ class HeadLink:
                         num_workers=len(st.workers),
                         pending_leases=len(st.pending),
                         total=st.total,
+                        leased_workers=len(st.leases),
                     ),
                     timeout=max(self.interval * 4, 2.0),
                 )

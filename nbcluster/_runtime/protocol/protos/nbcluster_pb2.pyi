@@ -12,7 +12,7 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "node_name", "address", "hostname", "store_dir", "total", "available", "alive", "start_time", "store_capacity", "store_used", "num_workers", "pid", "death_reason", "last_heartbeat", "store_spilled")
+    __slots__ = ("node_id", "node_name", "address", "hostname", "store_dir", "total", "available", "alive", "start_time", "store_capacity", "store_used", "num_workers", "pid", "death_reason", "last_heartbeat", "store_spilled", "pending_leases", "leased_workers")
     class TotalEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,8 @@ class NodeInfo(_message.Message):
     DEATH_REASON_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     STORE_SPILLED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
+    LEASED_WORKERS_FIELD_NUMBER: _ClassVar[int]
     node_id: bytes
     node_name: str
     address: str
@@ -59,7 +61,9 @@ class NodeInfo(_message.Message):
     death_reason: str
     last_heartbeat: float
     store_spilled: int
-    def __init__(self, node_id: _Optional[bytes] = ..., node_name: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., store_dir: _Optional[str] = ..., total: _Optional[_Mapping[str, float]] = ..., available: _Optional[_Mapping[str, float]] = ..., alive: _Optional[bool] = ..., start_time: _Optional[float] = ..., store_capacity: _Optional[int] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., pid: _Optional[int] = ..., death_reason: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., store_spilled: _Optional[int] = ...) -> None: ...
+    pending_leases: int
+    leased_workers: int
+    def __init__(self, node_id: _Optional[bytes] = ..., node_name: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., store_dir: _Optional[str] = ..., total: _Optional[_Mapping[str, float]] = ..., available: _Optional[_Mapping[str, float]] = ..., alive: _Optional[bool] = ..., start_time: _Optional[float] = ..., store_capacity: _Optional[int] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., pid: _Optional[int] = ..., death_reason: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ..., leased_workers: _Optional[int] = ...) -> None: ...
 
 class RegisterNodeRequest(_message.Message):
     __slots__ = ("node",)
@@ -74,7 +78,7 @@ class RegisterNodeReply(_message.Message):
     def __init__(self, session_name: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("node_id", "available", "store_used", "num_workers", "store_spilled", "pending_leases", "total")
+    __slots__ = ("node_id", "available", "store_used", "num_workers", "store_spilled", "pending_leases", "total", "leased_workers")
     class AvailableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +100,7 @@ class HeartbeatRequest(_message.Message):
     STORE_SPILLED_FIELD_NUMBER: _ClassVar[int]
     PENDING_LEASES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEASED_WORKERS_FIELD_NUMBER: _ClassVar[int]
     node_id: bytes
     available: _containers.ScalarMap[str, float]
     store_used: int
@@ -103,7 +108,8 @@ class HeartbeatRequest(_message.Message):
     store_spilled: int
     pending_leases: int
     total: _containers.ScalarMap[str, float]
-    def __init__(self, node_id: _Optional[bytes] = ..., available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ..., total: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    leased_workers: int
+    def __init__(self, node_id: _Optional[bytes] = ..., available: _Optional[_Mapping[str, float]] = ..., store_used: _Optional[int] = ..., num_workers: _Optional[int] = ..., store_spilled: _Optional[int] = ..., pending_leases: _Optional[int] = ..., total: _Optional[_Mapping[str, float]] = ..., leased_workers: _Optional[int] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("reregister", "nodes", "fenced")
