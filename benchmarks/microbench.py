@@ -61,6 +61,9 @@ class Sizes:
     chain_n: int = 1000
     actor_n: int = 1000
     actor_async_n: int = 10_000
+    nn_callers: int = 4  # n:n actor calls: this many caller tasks ...
+    nn_actors: int = 4  # ... each spreading its calls over this many actors
+    nn_calls: int = 10_000  # in total, over all callers
     settle_s: float = 3.0
     budget_s: float = 60.0  # a sequential loop stops early (rate over what ran) past this
     workload_timeout_s: int = 240
@@ -79,6 +82,7 @@ class Sizes:
             chain_n=100,
             actor_n=100,
             actor_async_n=1000,
+            nn_calls=1000,
             settle_s=1.0,
             budget_s=10.0,
             workload_timeout_s=60,
@@ -101,6 +105,31 @@ def inc(x):
 class Pinger:
     def ping(self, x=None):
         return x
+
+
+# Callers of the n:n workload: one task each, spreading its calls over every actor.
+
+
+def nn_caller_nbcluster(actors, m):
+    import nbcluster
+
+    refs = [actors[i % len(actors)].ping.remote(i) for i in range(m)]
+    assert nbcluster.get(refs) == list(range(m))
+    return m
+
+
+def nn_caller_ray(actors, m):
+    import ray
+
+    refs = [actors[i % len(actors)].ping.remote(i) for i in range(m)]
+    assert ray.get(refs) == list(range(m))
+    return m
+
+
+def nn_caller_dask(actors, m):
+    futures = [actors[i % len(actors)].ping(i) for i in range(m)]
+    assert [f.result() for f in futures] == list(range(m))
+    return m
 
 
 # --------------------------------------------------------------------------- adapters
@@ -160,6 +189,11 @@ class Adapter:
     def get_calls(self, refs: list) -> list:
         return self.get_many(refs)
 
+    def run_callers(self, actors: list, n_callers: int, m: int) -> int:
+        """Run ``n_callers`` tasks at once, each making ``m`` calls spread over ``actors``
+        (without waiting between calls); return the number of calls made."""
+        raise NotSupported
+
     def extra_pids(self) -> set[int]:
         """Processes of the cluster that are not descendants of the driver (if any)."""
         return set()
@@ -202,6 +236,11 @@ class NbclusterAdapter(Adapter):
 
     def call(self, actor, method, *args):
         return getattr(actor, method).remote(*args)
+
+    def run_callers(self, actors, n_callers, m):
+        # Half a CPU each, so that all callers run at once on the 2 CPUs (as for Ray).
+        caller = self.nb.remote(num_cpus=NUM_CPUS / n_callers)(nn_caller_nbcluster)
+        return sum(self.nb.get([caller.remote(actors, m) for _ in range(n_callers)]))
 
     def extra_pids(self):
         pids: set[int] = set()
@@ -253,6 +292,10 @@ class RayAdapter(Adapter):
     def call(self, actor, method, *args):
         return getattr(actor, method).remote(*args)
 
+    def run_callers(self, actors, n_callers, m):
+        caller = self.ray.remote(num_cpus=NUM_CPUS / n_callers)(nn_caller_ray)
+        return sum(self.ray.get([caller.remote(actors, m) for _ in range(n_callers)]))
+
 
 class DaskAdapter(Adapter):
     name = "dask"
@@ -260,6 +303,7 @@ class DaskAdapter(Adapter):
     notes = {
         "put": "Dask: put = client.scatter, get = future.result() (TCP, copies)",
         "idle_pss": "Dask: its scheduler runs inside the driver, so it is not counted",
+        "actor_nn": "Dask: n:n callers are tasks on 2 single-thread workers, so 2 run at a time",
     }
 
     def start(self, num_cpus):
@@ -303,6 +347,12 @@ class DaskAdapter(Adapter):
 
     def get_calls(self, refs):
         return [r.result() for r in refs]
+
+    def run_callers(self, actors, n_callers, m):
+        futures = [
+            self.client.submit(nn_caller_dask, actors, m, pure=False) for _ in range(n_callers)
+        ]
+        return sum(self.client.gather(futures))
 
 
 class ProcessPoolAdapter(Adapter):
@@ -459,6 +509,21 @@ def w_actor(a: Adapter, s: Sizes) -> dict[str, float]:
     return {"actor_rtt_ms": 1e3 * rtt, "actor_async": s.actor_async_n / dt}
 
 
+def w_actor_nn(a: Adapter, s: Sizes) -> float:
+    """n:n actor calls: ``nn_callers`` tasks, each calling all ``nn_actors`` actors without
+    waiting between calls; total calls/s over all callers (caller start-up included, after
+    a warm-up round that starts the callers' workers and connections)."""
+    actors = [a.actor(Pinger) for _ in range(s.nn_actors)]
+    a.get_calls([a.call(actor, "ping", 0) for actor in actors])
+    per_caller = s.nn_calls // s.nn_callers
+    a.run_callers(actors, s.nn_callers, max(per_caller // 10, s.nn_actors))  # warm-up
+    t = time.perf_counter()
+    done = a.run_callers(actors, s.nn_callers, per_caller)
+    dt = time.perf_counter() - t
+    assert done == per_caller * s.nn_callers, done
+    return done / dt
+
+
 def cluster_memory(a: Adapter) -> dict[str, float]:
     """PSS summed over the driver's descendants (plus any pids the system names): MiB, count."""
     import psutil
@@ -528,6 +593,7 @@ def child_suite(system: str, out: str, s: Sizes) -> None:
     run("small_objects", lambda: w_small_objects(a, s))
     run("chain_s", lambda: w_chain(a, s))
     run("actor", lambda: w_actor(a, s))
+    run("actor_nn", lambda: w_actor_nn(a, s))
     with deadline(s.workload_timeout_s):
         a.stop()
 
@@ -678,6 +744,12 @@ def rows_for(s: Sizes) -> list[Row]:
             3,
             "≥3×",
             "actor",
+        ),
+        Row(
+            "actor_nn",
+            f"n:n actor calls ({s.nn_callers}×{s.nn_actors}, {s.nn_calls:,})",
+            "/s",
+            HIGHER,
         ),
         Row("put_GBps", f"put of {mb} MB", "GB/s", HIGHER, None, "≥50% memcpy", "putget"),
         Row("get_big_ms", f"get of {mb} MB", "ms", LOWER, None, "zero-copy", "putget"),

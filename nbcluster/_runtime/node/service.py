@@ -385,7 +385,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         info = await self.GetObjectInfo(pb.ObjectIds(object_ids=[request.object_id]), context)
         if not info.found:
             await context.abort(grpc.StatusCode.NOT_FOUND, "object not in this node's store")
-        chunk = min(max(request.chunk_bytes or 16 * 2**20, 64 * 1024), 64 * 2**20)
+        chunk = min(max(request.chunk_bytes or 4 * 2**20, 64 * 1024), 64 * 2**20)
         fd = os.open(info.path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
