@@ -27,6 +27,11 @@ from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
 from nbcluster.cluster import LocalCluster
 
+# After the names above: the widget modules import ObjectRef and state from nbcluster.
+from nbcluster._timeline import timeline  # noqa: E402, I001
+from nbcluster.jupyter import widgets  # noqa: E402, I001
+from nbcluster.jupyter.widgets import progress  # noqa: E402, I001
+
 __version__ = "0.1.0"
 
 
@@ -73,9 +78,12 @@ __all__ = [
     "kill",
     "method",
     "nodes",
+    "progress",
     "put",
     "remote",
     "shutdown",
+    "timeline",
     "util",
     "wait",
+    "widgets",
 ]

@@ -92,8 +92,8 @@ def test_timeline_renders_one_bar_per_task(
     lab = jupyter_lab()
     write_notebook(lab.root_dir / "widgets.ipynb")
     page = chromium_page
-    console_errors: list[str] = []
-    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    console: list[tuple[str, str]] = []
+    page.on("console", lambda m: console.append((m.type, m.text)))
     try:
         page.goto(lab.url, timeout=DEADLINE_MS)
         page.wait_for_selector(".jp-Launcher", timeout=DEADLINE_MS)
@@ -117,11 +117,14 @@ def test_timeline_renders_one_bar_per_task(
         assert page.locator(".js-plotly-plot .bars path").count() == N_TASKS
         title = page.locator(".js-plotly-plot .gtitle").first.text_content() or ""
         assert f"{N_TASKS} attempts" in title, title
-        widget_errors = [e for e in console_errors if "widget" in e.lower()]
+        widget_errors = [t for kind, t in console if kind == "error" and "widget" in t.lower()]
         assert not widget_errors, widget_errors
     except BaseException:
         page.screenshot(path=str(ARTIFACTS / "timeline-failure.png"))
         (ARTIFACTS / "timeline-lab.log").write_bytes(Path(lab.log).read_bytes())
+        (ARTIFACTS / "timeline-console.log").write_text(
+            "\n".join(f"{kind}: {text}" for kind, text in console)
+        )
         raise
     lab.stop()
     assert_no_processes(lab.sessions_dir, timeout=30)

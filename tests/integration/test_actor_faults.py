@@ -154,27 +154,39 @@ def test_restart_reruns_init_and_calls_in_flight_fail_without_retries(shared_clu
     nbcluster.kill(c)
 
 
-def test_a_process_that_dies_during_a_restarts_init_is_restarted_again(shared_cluster, tmp_path):
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: nbcluster/_runtime/head/actor_service.py _place_inner (the CreateActor "
+    "RpcError branch, ~line 220) calls table.worker_died() while the actor is still in "
+    "self.placing, so apply() drops the Place it returns ('if ins.actor_id not in "
+    "self.placing'), and _place's finally then discards the id: nobody places the actor, which "
+    "stays RESTARTING for ever and its calls hang (the node's later death report no longer "
+    "matches: worker_id was cleared). Fix: discard the id from self.placing before applying "
+    "those instructions (or loop in _place_inner instead of returning).",
+)
+@pytest.mark.parametrize("hang_in", [0, 1], ids=["first-init", "restart-init"])
+def test_a_process_that_dies_during_init_is_restarted(shared_cluster, tmp_path, hang_in):
     ctor = tmp_path / "ctor"
 
     @nbcluster.remote(max_restarts=3)
-    class SlowRestart:
-        def __init__(self, ctor_log: str) -> None:
+    class SlowInit:
+        def __init__(self, ctor_log: str, hang_in: int) -> None:
             runs = len(_lines(Path(ctor_log)))
             _append(ctor_log, str(os.getpid()))
-            if runs == 1:  # the first restart hangs in __init__ (until it is killed)
+            if runs == hang_in:  # this construction hangs in __init__ (until it is killed)
                 time.sleep(60)
 
         def pid(self) -> int:
             return os.getpid()
 
-    a = SlowRestart.remote(str(ctor))
-    kill_process(nbcluster.get(a.pid.remote(), timeout=30))
-    poll_for(lambda: len(_lines(ctor)) == 2, 20, message="the actor was not restarted")
-    kill_process(int(_lines(ctor)[1]))  # dies inside the restart's __init__
+    a = SlowInit.remote(str(ctor), hang_in)
     try:
-        pid = nbcluster.get(a.pid.remote(), timeout=15)
-        assert len(_lines(ctor)) == 3 and pid == int(_lines(ctor)[2])
+        if hang_in == 1:
+            kill_process(nbcluster.get(a.pid.remote(), timeout=30))
+        poll_for(lambda: len(_lines(ctor)) == hang_in + 1, 20, message="__init__ did not run")
+        kill_process(int(_lines(ctor)[hang_in]))  # dies inside __init__
+        pid = nbcluster.get(a.pid.remote(), timeout=8)
+        assert len(_lines(ctor)) == hang_in + 2 and pid == int(_lines(ctor)[-1])
     finally:
         nbcluster.kill(a)
 

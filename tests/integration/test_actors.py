@@ -863,6 +863,7 @@ def test_200_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_c
 
 
 @pytest.mark.stress
+@pytest.mark.timeout(1500)
 def test_1000_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_cluster):
     _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 1000, 900)
 

@@ -285,13 +285,19 @@ def test_hard_node_affinity_runs_every_task_on_that_node(c3, tmp_path, index):
     assert [node for node, _ in nbcluster.get(refs, timeout=60)] == [node_id] * 4
 
 
-def test_soft_node_affinity_prefers_the_node(c3):
-    # One at a time, so that the node always has room: a soft affinity may leave a busy node
-    # (unlike Ray's default, which waits there unless _spill_on_unavailable=True).
+def test_soft_node_affinity_stays_on_a_live_node_even_when_it_is_busy(c3, tmp_path):
+    # As in Ray (without _spill_on_unavailable): soft only matters when the node is gone or
+    # can never fit the request; 4 tasks on a 2-CPU node wait there rather than spill.
     for node_id in c3["ids"]:
-        for _ in range(3):
-            ref = where.options(scheduling_strategy=affinity(node_id, soft=True)).remote()
-            assert nbcluster.get(ref, timeout=30) == node_id
+        d = tmp_path / node_id
+        d.mkdir()
+        refs = [
+            barrier.options(scheduling_strategy=affinity(node_id, soft=True)).remote(
+                str(d), i, 4, 1
+            )
+            for i in range(4)
+        ]
+        assert [node for node, _ in nbcluster.get(refs, timeout=60)] == [node_id] * 4
 
 
 def test_affinity_to_an_unknown_node(c3):

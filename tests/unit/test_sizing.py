@@ -32,9 +32,7 @@ def fake_files(files: dict[str, str]) -> Callable[[str], str]:
     return read
 
 
-def detect(
-    files: dict[str, str], shm: int | None = 64 * MiB, **kwargs: object
-) -> ContainerLimits:
+def detect(files: dict[str, str], shm: int | None = 64 * MiB, **kwargs: object) -> ContainerLimits:
     seen: list[str] = []
 
     def free_bytes(path: str) -> int | None:
@@ -294,8 +292,14 @@ def test_the_result_carries_the_limits():
 
 @pytest.mark.parametrize(
     ("n", "text"),
-    [(0, "0 B"), (1023, "1023 B"), (64 * MiB, "64 MiB"), (int(1.5 * GiB), "1.5 GiB"),
-     (614 * MiB + 1, "614 MiB"), (2 * (1 << 40), "2 TiB")],
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (64 * MiB, "64 MiB"),
+        (int(1.5 * GiB), "1.5 GiB"),
+        (614 * MiB + 1, "614 MiB"),
+        (2 * (1 << 40), "2 TiB"),
+    ],
 )
 def test_format_bytes(n, text):
     assert format_bytes(n) == text

@@ -538,6 +538,12 @@ class CoreClient:
         finally:
             if blocked:
                 self.on_blocked(False)
+            if not waiter.event.is_set():  # timed out: do not leave the waiter behind
+                with self.table.lock:
+                    for e in pending:
+                        if e.waiters:
+                            with contextlib.suppress(ValueError):
+                                e.waiters.remove(waiter)
 
     def on_blocked(self, blocked: bool) -> None:
         """Hook: a worker gives its CPU back while it waits (overridden by the worker)."""
