@@ -25,14 +25,24 @@ from nbcluster._api import (
 )
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
+from nbcluster._timeline import timeline  # noqa: E402, I001
 from nbcluster.cluster import LocalCluster
 
-# After the names above: the widget modules import ObjectRef and state from nbcluster.
-from nbcluster._timeline import timeline  # noqa: E402, I001
-from nbcluster.jupyter import widgets  # noqa: E402, I001
-from nbcluster.jupyter.widgets import progress  # noqa: E402, I001
-
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``nbcluster.widgets`` and ``nbcluster.progress`` load the Jupyter code on first use,
+    so ``import nbcluster`` stays light in scripts and workers."""
+    if name == "widgets":
+        from nbcluster.jupyter import widgets
+
+        return widgets
+    if name == "progress":
+        from nbcluster.jupyter.widgets import progress
+
+        return progress
+    raise AttributeError(f"module 'nbcluster' has no attribute {name!r}")
 
 
 def load_ipython_extension(ip: object) -> None:
