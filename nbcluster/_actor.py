@@ -332,6 +332,8 @@ class ActorHandle:
         return h
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("_") and name not in ("__call__",):
+            raise AttributeError(name)  # slots not set yet, or private: never a remote method
         methods = self._meta["methods"]
         if name not in methods:
             raise AttributeError(

@@ -140,6 +140,11 @@ def init(
             started_here=cluster is not None,
         )
         context.set_client(client)
+        # A clean exit also tells the head the job is over (a killed process is noticed by
+        # the head's driver pings, and its own cluster by the parent-death pipe).
+        import atexit
+
+        atexit.register(shutdown)
         return client.info  # type: ignore[attr-defined, no-any-return]
 
 

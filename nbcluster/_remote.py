@@ -332,10 +332,7 @@ def remote(*args: Any, **options: Any) -> Any:
                 "e.g. @nbcluster.remote(num_cpus=2)"
             )
         return _make(args[0], {})
-    unknown = set(options) - _options.TASK_OPTION_NAMES - _options.ACTOR_OPTION_NAMES
-    if unknown:
-        _options.task_options(options, where="decorator")  # raises, listing the valid options
-    return lambda target: _make(target, options)
+    return lambda target: _make(target, options)  # checked against the target's own options
 
 
 def _make(target: Any, options: dict[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -30,22 +31,32 @@ class ActorPool:
         self._pending_submits: list[tuple[Submit, Any]] = []
 
     def map(self, fn: Submit, values: Iterable[Any]) -> Iterator[Any]:
-        """Apply ``fn`` to every value; yield results in the order of ``values``."""
+        """Apply ``fn`` to every value (all submitted now); yield results in the order of ``values``."""
         while self.has_next():  # results of earlier submits are dropped, as in Ray
-            self.get_next_unordered()
+            with contextlib.suppress(TimeoutError):
+                self.get_next_unordered(timeout=0)
         for v in values:
             self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next()
+
+        def results() -> Iterator[Any]:
+            while self.has_next():
+                yield self.get_next()
+
+        return results()
 
     def map_unordered(self, fn: Submit, values: Iterable[Any]) -> Iterator[Any]:
-        """Apply ``fn`` to every value; yield results as they complete."""
+        """Apply ``fn`` to every value (all submitted now); yield results as they complete."""
         while self.has_next():
-            self.get_next_unordered()
+            with contextlib.suppress(TimeoutError):
+                self.get_next_unordered(timeout=0)
         for v in values:
             self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next_unordered()
+
+        def results() -> Iterator[Any]:
+            while self.has_next():
+                yield self.get_next_unordered()
+
+        return results()
 
     def submit(self, fn: Submit, value: Any) -> None:
         """Schedule ``fn(actor, value)`` on an idle actor, or queue it until one is free."""
@@ -75,18 +86,20 @@ class ActorPool:
             raise ValueError("It is not allowed to call get_next() after get_next_unordered().")
         future = self._index_to_future[self._next_return_index]
         timeout_msg = "Timed out waiting for result"
+        ignored = False
         if timeout is not None:
             ready, _ = nbcluster.wait([future], timeout=timeout)
             if not ready:
-                if ignore_if_timedout:
-                    self._next_return_index += 1
-                    return None
-                raise TimeoutError(timeout_msg)
+                if not ignore_if_timedout:
+                    raise TimeoutError(timeout_msg)
+                ignored = True  # drop the call, free its actor, and say so (as Ray does)
         del self._index_to_future[self._next_return_index]
         self._next_return_index += 1
         _, actor = self._future_to_actor.pop(future)
-        self._return_actor(actor)
-        return nbcluster.get(future)
+        if ignored:
+            self._return_actor(actor)
+            raise TimeoutError(f"{timeout_msg}. The task {future} has been ignored.")
+        return self._result(future, actor)
 
     def get_next_unordered(
         self, timeout: float | None = None, ignore_if_timedout: bool = False
@@ -101,10 +114,23 @@ class ActorPool:
             raise TimeoutError("Timed out waiting for result")
         future = ready[0]
         i, actor = self._future_to_actor.pop(future)
-        self._return_actor(actor)
         del self._index_to_future[i]
         self._next_return_index = max(self._next_return_index, i + 1)
-        return nbcluster.get(future)
+        return self._result(future, actor)
+
+    def _result(self, future: ObjectRef, actor: Any) -> Any:
+        """The call's value; its actor goes back to the pool unless the call found it dead."""
+        from nbcluster.exceptions import ActorDiedError
+
+        try:
+            value = nbcluster.get(future)
+        except ActorDiedError:
+            raise  # a dead actor is not given more work
+        except BaseException:
+            self._return_actor(actor)
+            raise
+        self._return_actor(actor)
+        return value
 
     def _return_actor(self, actor: Any) -> None:
         self._idle_actors.append(actor)

@@ -154,16 +154,6 @@ def test_restart_reruns_init_and_calls_in_flight_fail_without_retries(shared_clu
     nbcluster.kill(c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_runtime/head/actor_service.py _place_inner (the CreateActor "
-    "RpcError branch, ~line 220) calls table.worker_died() while the actor is still in "
-    "self.placing, so apply() drops the Place it returns ('if ins.actor_id not in "
-    "self.placing'), and _place's finally then discards the id: nobody places the actor, which "
-    "stays RESTARTING for ever and its calls hang (the node's later death report no longer "
-    "matches: worker_id was cleared). Fix: discard the id from self.placing before applying "
-    "those instructions (or loop in _place_inner instead of returning).",
-)
 @pytest.mark.parametrize("hang_in", [0, 1], ids=["first-init", "restart-init"])
 def test_a_process_that_dies_during_init_is_restarted(shared_cluster, tmp_path, hang_in):
     ctor = tmp_path / "ctor"
@@ -383,18 +373,6 @@ def test_an_actor_survives_a_caller_that_dies_mid_call(shared_cluster, tmp_path)
         nbcluster.kill(c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_runtime/core/actor_submitter.py: the PushTasks stream to an actor is "
-    "opened without wait_for_ready, and the channels use grpc.min_reconnect_backoff_ms=100 "
-    "(which gRPC also takes as the minimum connect timeout), so a first connection to a busy "
-    "actor process fails UNAVAILABLE after ~0.1 s. _reader/_disconnected then fail the calls - "
-    "never delivered - with ActorDiedError('process died') though the actor is alive, and the "
-    "conn is left RESTARTING with no reconnect (the head's version never changes): every later "
-    "call from that caller hangs. Seen under load with 200 actors (L06). Fix: open actor streams "
-    "with wait_for_ready=True; on a stream error, re-check with the head and reconnect (resend "
-    "calls that were never delivered) while the actor is ALIVE.",
-)
 def test_a_call_survives_a_slow_first_connection(shared_cluster, tmp_path):
     ctor = tmp_path / "ctor"
     c = Counted.options(name="stopped-svc", namespace="faults").remote(str(ctor))

@@ -243,12 +243,6 @@ def test_get_next_ignore_if_timedout_drops_the_call_like_ray(workers, tmp_path):
         go.touch()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/util/actor_pool.py get_next/get_next_unordered hand the actor back "
-    "to the idle set before nbcluster.get(); Ray (_get_result) drops an actor whose call "
-    "raised ActorDiedError, so a dead actor is not given more work.",
-)
 def test_a_dead_actor_leaves_the_pool_like_ray(shared_cluster):
     alive, doomed = Worker.remote("alive"), Worker.remote("doomed")
     nbcluster.get([alive.who.remote(), doomed.who.remote()], timeout=30)
@@ -273,12 +267,6 @@ def _is_dead(handle) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/util/actor_pool.py map()/map_unordered() are generator functions, so "
-    "nothing is submitted until the caller starts iterating; Ray's map() submits every value "
-    "at once and returns a generator over the results (work overlaps with the caller).",
-)
 def test_map_submits_before_iteration_like_ray(workers, tmp_path):
     log = tmp_path / "log"
     pool = ActorPool(workers)

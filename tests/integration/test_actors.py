@@ -419,13 +419,6 @@ def test_invalid_actor_options_are_rejected_before_reaching_the_cluster(opts, er
     assert nbcluster.is_initialized() == was_initialized
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_remote.py remote(**options) checks unknown keys before it knows the "
-    "target, with task_options(): on a class the error says 'for a remote function', lists the "
-    "task options (max_calls, max_retries, num_returns...) and suggests 'max_retries' for "
-    "'max_restart'. Validate in _make() (class or function known), or list both sets.",
-)
 def test_unknown_keys_on_a_class_decorator_list_the_actor_options():
     class Plain:
         pass
@@ -1031,13 +1024,6 @@ def test_a_killed_drivers_actors_end_and_its_detached_actor_stays(tmp_path):
         _kill_session_processes(temp_dir)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a driver that exits without calling nbcluster.shutdown() never sends FinishJob "
-    "(nbcluster/_api.py init registers no atexit hook, unlike ray.init): its non-detached actors "
-    "live on until the head's driver pings fail (~6 s, head/service.py watch_drivers). Fix: "
-    "atexit.register(shutdown) in init().",
-)
 def test_a_clean_driver_exit_without_shutdown_ends_its_actors_at_once(tmp_path):
     temp_dir = tmp_path / "sessions"
     env = _driver_env(temp_dir)
@@ -1122,13 +1108,6 @@ def test_gpus_and_custom_resources_are_held_and_assigned(cluster):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_runtime/worker/main.py Executor.execute() unsets "
-    "CUDA_VISIBLE_DEVICES for every call whose spec has no gpu_ids - and actor method calls "
-    "never carry them - so get_gpu_ids() is [] in the methods of a sync GPU actor. Keep the "
-    "actor's assignment (skip the reset when spec.actor_id is set).",
-)
 def test_gpu_ids_are_visible_in_the_methods_of_a_gpu_actor(cluster):
     cluster(num_cpus=2, num_gpus=1)
 

@@ -179,7 +179,7 @@ class ActorSubmitter:
                 conn.call.cancel()
         conn.address = address
         conn.state = ALIVE
-        conn.call = self.client.core(address).PushTasks()
+        conn.call = self.client.core(address).PushTasks(wait_for_ready=True)
         # Calls sent to the previous incarnation and allowed to retry go first, in order.
         self.client.loop.create_task(self._reader(conn, conn.call))
         self._pump(conn)

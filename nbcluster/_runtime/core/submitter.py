@@ -406,6 +406,8 @@ class Submitter:
                     return
                 addrs = list(info.bundle_node_addresses)
                 addresses = [addrs[index]] if index >= 0 else sorted(set(addrs))
+                # "Any bundle" may be redirected: only the group's nodes have its resources.
+                spill = index < 0
         except RpcError as err:
             kq.requests.pop(rid, None)
             log.warning("could not route a lease request: %s", err.code().name)
@@ -459,7 +461,7 @@ class Submitter:
             lease = Lease(kq, reply, address)
             try:
                 lease.call = client.core(reply.worker_address).PushTasks(
-                    metadata=(("nbc-lease", reply.lease_id.hex()),)
+                    metadata=(("nbc-lease", reply.lease_id.hex()),), wait_for_ready=True
                 )
             except RpcError:
                 await self._return_lease_rpc(address, reply.lease_id, True)

@@ -216,13 +216,20 @@ class ActorManager:
                 )
             except RpcError as err:
                 log.info("actor %s creation call failed: %s", actor_id.hex()[:8], err.code().name)
-                # The worker died while running __init__: the death report (or this) restarts it.
+                # The worker died while running __init__. The node's death report may already
+                # have marked it RESTARTING (its Place was dropped while we were busy here), so
+                # decide again at the top of the loop rather than rely on that Place.
                 self.apply(
-                    self.table.worker_died(
-                        reply.worker_id, "its process died during __init__", self.clock()
-                    )
+                    [
+                        ins
+                        for ins in self.table.worker_died(
+                            reply.worker_id, "its process died during __init__", self.clock()
+                        )
+                        if not isinstance(ins, Place)
+                    ]
                 )
-                return
+                await asyncio.sleep(0.05)
+                continue
             if result.is_error:
                 data = result.returns[0].data if result.returns else b""
                 self.apply(self.table.init_failed(actor_id, data, self.clock()))

@@ -192,22 +192,27 @@ class PlacementGroupManager:
                 pg.message = msg
                 self._changed(pg)
             return
-        prepared: list[tuple[int, str]] = []
-        ok = True
-        for i, node in enumerate(chosen):
-            reply = await self._bundle_rpc("PrepareBundle", node.address, pg, i)
-            if reply is None or not reply.ok:
-                ok = False
-                break
-            prepared.append((i, node.address))
+        replies = await asyncio.gather(
+            *(
+                self._bundle_rpc("PrepareBundle", node.address, pg, i)
+                for i, node in enumerate(chosen)
+            )
+        )
+        prepared = [
+            (i, n.address)
+            for i, (n, r) in enumerate(zip(chosen, replies, strict=True))
+            if r is not None and r.ok
+        ]
+        ok = len(prepared) == len(chosen)
         if not ok or pg.state != PENDING:
             await asyncio.gather(
                 *(self._bundle_rpc("CancelBundle", addr, pg, i) for i, addr in prepared),
                 return_exceptions=True,
             )
             return
-        for i, addr in prepared:
-            await self._bundle_rpc("CommitBundle", addr, pg, i)
+        await asyncio.gather(
+            *(self._bundle_rpc("CommitBundle", addr, pg, i) for i, addr in prepared)
+        )
         if pg.state != PENDING:  # removed while the commits were in flight
             await asyncio.gather(
                 *(self._bundle_rpc("CancelBundle", addr, pg, i) for i, addr in prepared),

@@ -101,7 +101,7 @@ class WorkerService(CoreWorkerService):
         finally:
             reader.cancel()
             self.executor.drop_stream(stream)
-            if self.executor.owns_work(stream):
+            if self.executor.owns_work(stream) and not self.executor.actor_id:
                 # The owner is gone while its task runs here: share its fate (Ray does the
                 # same); the node sees this worker exit, frees the lease and replaces it.
                 log.warning("owner disconnected with tasks in flight; exiting")
@@ -438,7 +438,7 @@ class Executor:
         client.namespace = spec.namespace
         if spec.gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
-        else:
+        elif not spec.actor_id:  # an actor keeps the GPUs assigned at its creation
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         try:
             try:
