@@ -262,7 +262,25 @@ class LocalCluster:
         """Stop the most recently added node manager (never the last one)."""
         if len(self.nodes) <= 1:
             raise ValueError("a cluster keeps at least one node; use stop() to end it")
-        p = self.nodes.pop()
+        # Never the node this process's driver is attached to (its objects live there).
+        from nbcluster._runtime import context
+
+        client = context.current_client()
+        mine = getattr(client, "node_address", "")
+        by_pid = {}
+        if self.session_dir is not None:
+            for f in (self.session_dir / "nodes").glob("*.json"):
+                try:
+                    d = json.loads(f.read_text())
+                    by_pid[int(d["pid"])] = d["address"]
+                except (OSError, ValueError, KeyError):
+                    continue
+        victim = next(
+            (q for q in reversed(self.nodes) if not mine or by_pid.get(q.pid) != mine),
+            self.nodes[-1],
+        )
+        self.nodes.remove(victim)
+        p = victim
         self.num_nodes -= 1
         p.send_signal(signal.SIGTERM)
         try:

@@ -208,13 +208,7 @@ class NodeState:
         del self.workers[worker_id]
         w.state = WorkerState.DEAD
         # Leases this worker held as an owner (of nested tasks) die with it.
-        out_owner: list[Instruction] = []
-        if w.address:
-            for lease in [le for le in self.leases.values() if le.owner == w.address]:
-                out_owner += self.return_lease(lease.lease_id)
-            for rid in [r for r, p in self.pending.items() if p.owner == w.address]:
-                del self.pending[rid]  # nobody is left to use what it asked for
-                out_owner.append(Redirect(rid, "CANCELLED"))
+        out_owner = self._owner_gone(w.address)
         out: list[Instruction] = out_owner
         if self._pool_size() < self.prestart:
             out.append(self._new_worker())
@@ -235,6 +229,7 @@ class NodeState:
                 out.append(KillWorker(w.worker_id, "returned as failed"))
                 w.state = WorkerState.DEAD
                 del self.workers[w.worker_id]
+                out += self._owner_gone(w.address)  # its exit will find no record later
                 if self._pool_size() < self.prestart:
                     out.append(self._new_worker())
             else:
@@ -332,6 +327,18 @@ class NodeState:
         share = lease.gpu_share or 1.0
         for gid in lease.gpu_ids:
             self.gpu_free[gid] = min(1.0, self.gpu_free.get(gid, 0.0) + share)
+
+    def _owner_gone(self, address: str) -> list[Instruction]:
+        """A worker that owned leases or lease requests is gone: release and cancel them."""
+        out: list[Instruction] = []
+        if not address:
+            return out
+        for lease in [le for le in self.leases.values() if le.owner == address]:
+            out += self.return_lease(lease.lease_id)
+        for rid in [r for r, p in self.pending.items() if p.owner == address]:
+            del self.pending[rid]  # nobody is left to use what it asked for
+            out.append(Redirect(rid, "CANCELLED"))
+        return out
 
     def _charge(self, node: NodeView, request: Mapping[str, float]) -> None:
         """Count a spilled request against our (heartbeat-old) view of that node, so a
