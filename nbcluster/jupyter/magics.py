@@ -28,6 +28,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 import nbcluster
 from nbcluster import state
+from nbcluster._sizing import choose_cluster_size, detect_container_limits
+from nbcluster.config import Config
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
 
@@ -209,12 +211,20 @@ class ClusterMagics(Magics):
                     "Run %cluster stop first to start a different cluster."
                 )
             return view
-        nbcluster.init(
+        config = Config.from_env()
+        size = choose_cluster_size(
+            detect_container_limits(shm_dir=config.store_base_dir),
+            nodes=args.nodes,
             num_cpus=args.num_cpus,
+            object_store_memory=args.object_store_memory or config.object_store_memory,
+        )
+        nbcluster.init(
+            num_cpus=size["num_cpus"],
             num_gpus=args.num_gpus,
-            object_store_memory=args.object_store_memory,
+            object_store_memory=size["object_store_memory"],
             _nodes=args.nodes,
         )
+        print(size["message"])
         return self._attach(args.on_interrupt)
 
     def _connect(self, args: argparse.Namespace) -> ClusterView:
