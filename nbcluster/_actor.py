@@ -112,24 +112,8 @@ class ActorClass(Generic[C]):
                 serialize(self._cls, what="the actor class", name=self._name)
                 raise
             self._function_id = function_hash(self._payload)
-        fid = self._function_id
-        if fid not in client.exported:
-            try:
-                client.run(
-                    lambda: client.head().ExportFunction(
-                        pb.ExportFunctionRequest(
-                            function_id=fid,
-                            payload=self._payload,
-                            name=self._name,
-                            job_id=client.job_id,
-                        ),
-                        timeout=60,
-                    )
-                )
-            except RpcError as err:
-                raise to_exception(err, Peer.HEAD, "ExportFunction") from None
-            client.exported.add(fid)
-        return fid
+        client.export(self._function_id, self._payload, self._name)
+        return self._function_id
 
     def _create(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.ActorOptions

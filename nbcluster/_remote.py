@@ -14,8 +14,6 @@ from nbcluster import options as _options
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
-from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import function_hash, serialize
 from nbcluster.exceptions import SerializationError
 
@@ -101,24 +99,8 @@ class RemoteFunction(Generic[R]):
             _check_function_size(self._name, len(payload), client.config)
             self._payload = payload
             self._function_id = function_hash(payload)
-        fid = self._function_id
-        if fid not in client.exported:
-            try:
-                client.run(
-                    lambda: client.head().ExportFunction(
-                        pb.ExportFunctionRequest(
-                            function_id=fid,
-                            payload=self._payload,
-                            name=self._name,
-                            job_id=client.job_id,
-                        ),
-                        timeout=60,
-                    )
-                )
-            except RpcError as err:
-                raise to_exception(err, Peer.HEAD, "ExportFunction") from None
-            client.exported.add(fid)
-        return fid
+        client.export(self._function_id, self._payload, self._name)
+        return self._function_id
 
     def _remote(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.TaskOptions

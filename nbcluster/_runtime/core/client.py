@@ -298,6 +298,24 @@ class CoreClient:
 
         return _send()
 
+    # -- function table ------------------------------------------------------------------------
+    def export(self, function_id: bytes, payload: bytes, name: str) -> None:
+        """Put a pickled function or class in the head's table once per cluster."""
+        if function_id in self.exported:
+            return
+        try:
+            self.run(
+                lambda: self.head().ExportFunction(
+                    pb.ExportFunctionRequest(
+                        function_id=function_id, payload=payload, name=name, job_id=self.job_id
+                    ),
+                    timeout=60,
+                )
+            )
+        except RpcError as err:
+            raise to_exception(err, Peer.HEAD, "ExportFunction") from None
+        self.exported.add(function_id)
+
     # -- put -------------------------------------------------------------------------------
     def put_serialized(
         self, sv: SerializedValue, object_id: bytes | None = None
