@@ -344,14 +344,6 @@ def _tell(p: subprocess.Popen[str]) -> None:
     p.stdin.flush()  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_runtime/worker/main.py WorkerService.PushTasks: when a caller's "
-    "stream ends while its call runs or waits, owns_work() is true and the worker os._exit(1)s "
-    "- right for a task's owner, wrong for an actor: any driver or task that dies (or calls "
-    "shutdown()) mid-call kills the actor for every other caller, detached ones included. For "
-    "actor workers, drop that caller's queued calls and discard the running call's reply.",
-)
 def test_an_actor_survives_a_caller_that_dies_mid_call(shared_cluster, tmp_path):
     ctor, go, started = tmp_path / "ctor", tmp_path / "go", tmp_path / "started"
     c = Counted.options(name="shared-svc", namespace="faults").remote(str(ctor))

@@ -194,3 +194,64 @@ def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch
         return 1
 
     assert nbcluster.get(ok.remote()) == 1  # the driver (this process) was not the one killed
+
+
+def test_large_arguments_pull_the_task_to_their_node(cluster) -> None:
+    cluster(num_cpus=1, _nodes=2)
+    other = _other_node()
+
+    @nbcluster.remote
+    def make() -> np.ndarray:
+        return np.ones(4 * 2**20, dtype=np.uint8)
+
+    @nbcluster.remote
+    def where(a: np.ndarray) -> str:
+        return nbcluster.get_runtime_context().get_node_id()
+
+    big = make.options(scheduling_strategy=NA(other)).remote()
+    nbcluster.wait([big])
+    time.sleep(1.0)  # the idle lease that made it is handed back (0.5 s), freeing that CPU
+    assert nbcluster.get(where.remote(big), timeout=30) == other  # not the driver's node
+
+
+def test_f11_placement_groups_survive_a_head_restart(cluster, fast_failure_detection) -> None:
+    from nbcluster.util import placement_group, placement_group_table, remove_placement_group
+
+    cluster(num_cpus=2)
+    pg = placement_group([{"CPU": 1}], name="kept")
+    assert pg.wait(30)
+    local_cluster().restart_head()
+    poll_for(lambda: len([n for n in nbcluster.nodes() if n["Alive"]]) == 1, timeout=20)
+    assert placement_group_table(pg)["state"] == "CREATED"
+    remove_placement_group(pg)
+
+
+def test_f10_child_tasks_of_a_dead_owner_end(cluster) -> None:
+    from nbcluster.testing import worker_pids
+
+    info = cluster(num_cpus=2)
+    session = info.session_dir
+
+    @nbcluster.remote
+    def child() -> None:
+        time.sleep(60)
+
+    @nbcluster.remote(max_retries=0)
+    def parent() -> None:
+        ref = child.remote()
+        nbcluster.get(ref)
+
+    p = parent.remote()
+    poll_for(lambda: len(worker_pids(session)) >= 2, timeout=20)
+    time.sleep(1.0)  # both running: the parent blocked in get, the child sleeping
+    before = set(worker_pids(session))
+    nbcluster.cancel(p, force=True)  # kills the parent's worker: the child's owner
+    with pytest.raises(
+        (nbcluster.exceptions.TaskCancelledError, nbcluster.exceptions.WorkerCrashedError)
+    ):
+        nbcluster.get(p, timeout=30)
+    poll_for(
+        lambda: not (before & set(worker_pids(session))),
+        timeout=20,
+        message="the dead owner's child task kept running",
+    )
