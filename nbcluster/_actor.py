@@ -379,8 +379,8 @@ class ActorHandle:
         return (_rebuild_handle, (self._actor_id, self._meta))
 
     def __del__(self) -> None:
-        client = self._client
-        if not self._owned or client is None or client.closed:
+        client = getattr(self, "_client", None)  # unset when construction was refused
+        if not getattr(self, "_owned", False) or client is None or client.closed:
             return
         try:
             n = client.actor_handles.get(self._actor_id, 0) - 1
