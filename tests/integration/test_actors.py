@@ -164,14 +164,6 @@ def test_calling_an_actor_class_or_method_directly_raises_type_error(shared_clus
     nbcluster.kill(c)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: nbcluster/_actor.py: ActorHandle() raises in __init__ after __new__ made an "
-    "instance with no slots set; its __del__ reads self._client, which falls through to "
-    "__getattr__, which reads self._meta -> __getattr__ again: RecursionError in __del__ "
-    "(printed as 'Exception ignored'). __getattr__ should raise AttributeError for names that "
-    "start with '_' (or __del__ use getattr(self, '_client', None)).",
-)
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_a_failed_direct_handle_construction_leaves_no_error_behind():
     with pytest.raises(TypeError, match=r"use Cls\.remote\(\) or nbcluster\.get_actor"):

@@ -681,14 +681,6 @@ def test_a_group_removed_elsewhere_fails_new_tasks_in_every_process(c3):
         remove_placement_group(pg)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a task for 'any bundle' (index -1) is routed round-robin over the group's "
-    "nodes without regard to room (core/submitter.py:408-416, sorted(set(addrs))[kq.rr]) and "
-    "asked for with no_spillback, so it queues on a full bundle node while another bundle of "
-    "the group is free (nested captured tasks then deadlock: blocked parents keep their "
-    "bundle CPUs)",
-)
 def test_a_task_for_any_bundle_runs_where_the_group_has_room(c3, tmp_path):
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
     assert pg.wait(10)
