@@ -1051,6 +1051,52 @@ def test_a_clean_driver_exit_without_shutdown_ends_its_actors_at_once(tmp_path):
         _kill_session_processes(temp_dir)
 
 
+PAUSED_DRIVER = textwrap.dedent(
+    """
+    import json, os, sys
+    import nbcluster
+
+    nbcluster.init(address=sys.argv[1])
+
+    @nbcluster.remote
+    class Keeper:
+        def pid(self):
+            return os.getpid()
+
+    k = Keeper.remote()
+    print(json.dumps({"actor": nbcluster.get(k.pid.remote(), timeout=60)}), flush=True)
+    sys.stdin.readline()
+    try:
+        out = {"after": nbcluster.get(k.pid.remote(), timeout=30)}
+    except Exception as e:
+        out = {"after": type(e).__name__ + ": " + str(e)[:300]}
+    print(json.dumps(out), flush=True)
+    nbcluster.shutdown()
+    """
+)
+
+
+def test_a_driver_that_pauses_keeps_its_actors(shared_cluster):
+    p = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_DRIVER, shared_cluster.address],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = json.loads(p.stdout.readline())  # type: ignore[union-attr]
+        os.kill(p.pid, signal.SIGSTOP)  # alive, but answers nothing for a while
+        try:
+            time.sleep(20)  # the head gives up after ~15 s
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        out, err = p.communicate("\n", timeout=60)
+        assert json.loads(out.strip().splitlines()[-1]) == {"after": first["actor"]}, err[-2000:]
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait(10)
+
+
 # ============================================================ own clusters (keep these last)
 
 

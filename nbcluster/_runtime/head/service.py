@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from nbcluster._runtime import proc
 from nbcluster._runtime.head.actor_service import ActorManager
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
@@ -339,7 +341,14 @@ class HeadService(pb_grpc.HeadServicer):
                         pb.Empty(), timeout=interval
                     )
                     misses.pop(job.job_id, None)
-                except grpc.aio.AioRpcError:
+                except grpc.aio.AioRpcError as err:
+                    # Dead, not slow: a stopped or busy driver times out, a dead one refuses
+                    # the connection; on this host its PID must also be gone.
+                    refused = err.code() == grpc.StatusCode.UNAVAILABLE
+                    local = job.driver_hostname == socket.gethostname()
+                    if not refused or (local and proc.pid_alive(job.driver_pid)):
+                        misses.pop(job.job_id, None)
+                        continue
                     misses[job.job_id] = misses.get(job.job_id, 0) + 1
                     if misses[job.job_id] >= failures_allowed:
                         log.info("driver of job %s is gone; finishing it", job.job_id.hex()[:8])
