@@ -399,23 +399,9 @@ class ActorHandle:
         client = self._client or context.require_client()
         if getattr(client, "mode", "") == "client":
             return client.actor_call(self, name, args, kwargs, num_returns)
-        from nbcluster._remote import _explain_unserializable_args
+        from nbcluster._remote import serialize_call_args
 
-        dep_refs: list[ObjectRef] = []
-
-        def swap(v: Any) -> Any:
-            if isinstance(v, ObjectRef):
-                dep_refs.append(v)
-                return ArgPlaceholder(len(dep_refs) - 1)
-            return v
-
-        args2 = tuple(swap(a) for a in args)
-        kwargs2 = {k: swap(v) for k, v in kwargs.items()}
-        try:
-            sv = serialize((args2, kwargs2))
-        except exc.SerializationError:
-            _explain_unserializable_args(name, args2, kwargs2)
-            raise
+        sv, dep_refs = serialize_call_args(client, name, args, kwargs)
         task_id = client.next_task_id()
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(num_returns, 1) + 1)]
         rec = TaskRecord()

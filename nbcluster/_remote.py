@@ -202,15 +202,14 @@ def _check_function_size(name: str, size: int, config: Any) -> None:
         )
 
 
-def submit_task(
-    client: Any,
-    function_id: bytes,
-    name: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    opts: _options.TaskOptions,
-) -> Any:
-    """Serialize the arguments, record the task as owned, and hand it to the submitter."""
+def serialize_call_args(
+    client: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, list[ObjectRef]]:
+    """(args, kwargs) of a task or actor call, serialized, with top-level refs as placeholders.
+
+    Returns the serialized value and the refs the placeholders stand for. Arguments too big
+    to travel inline go to the object store first (and become refs too).
+    """
     dep_refs: list[ObjectRef] = []
 
     def swap(v: Any) -> Any:
@@ -242,6 +241,19 @@ def submit_task(
         args2 = tuple(big(a) for a in args2)
         kwargs2 = {k: big(v) for k, v in kwargs2.items()}
         sv = serialize((args2, kwargs2))
+    return sv, dep_refs
+
+
+def submit_task(
+    client: Any,
+    function_id: bytes,
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    opts: _options.TaskOptions,
+) -> Any:
+    """Serialize the arguments, record the task as owned, and hand it to the submitter."""
+    sv, dep_refs = serialize_call_args(client, name, args, kwargs)
     nested = [r.binary() for r in sv.contained_refs]
     task_id = client.next_task_id()
     n = opts.num_returns
@@ -314,7 +326,8 @@ def remote(*args: Any, **options: Any) -> Any:
                 "e.g. @nbcluster.remote(num_cpus=2)"
             )
         return _make(args[0], {})
-    return lambda target: _make(target, options)  # checked against the target's own options
+    # Checked when applied, against the target's own options (a function's or a class's), as Ray does.
+    return lambda target: _make(target, options)
 
 
 def _make(target: Any, options: dict[str, Any]) -> Any:

@@ -225,9 +225,6 @@ def test_bad_options_rejected_at_decoration(kwargs, error, match):
 
     with pytest.raises(error, match=match):
         nbcluster.remote(**kwargs)(fn)
-    if set(kwargs) == {"foo"} or set(kwargs) == {"num_cpu"}:  # unknown names: at once
-        with pytest.raises(error, match=match):
-            nbcluster.remote(**kwargs)
 
 
 def test_bad_options_rejected_at_options_and_nothing_runs(shared_cluster, tmp_path):
