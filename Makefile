@@ -37,8 +37,13 @@ $(BIN)/python:
 	$(PIP_INSTALL) --upgrade pip
 
 # The install: redone only when pyproject.toml changes (editable, so source edits need nothing).
+# torch (the `train` extra) first, pinned to the CPU build that these machines keep in their
+# local wheel cache: with it installed, `torch>=2.1` in the extras is satisfied and pip downloads
+# nothing more. (On other machines pick a build yourself; README.md, "Installing torch".)
+TORCH_SPEC ?= torch==2.13.0
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(PIP_INSTALL) -e '.[test]'
+	$(PIP_INSTALL) '$(TORCH_SPEC)'
+	$(PIP_INSTALL) -e '.[test,all]'
 	@touch $@
 
 venv: $(STAMP)
@@ -91,7 +96,7 @@ chromium:
 	fi
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(PIP_INSTALL) -e '.[test,bench]'
+	$(PIP_INSTALL) -e '.[test,all,bench]'
 	@touch $@
 
 bench: $(BENCH_STAMP)
