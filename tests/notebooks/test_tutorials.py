@@ -272,11 +272,22 @@ def cell_text(cell: Any) -> str:
     """Everything a cell showed, as text: streams, text/* data (and the names of the other
     mimetypes) of results and displays, and errors (name, value, traceback; ANSI removed)."""
     parts: list[str] = []
+    last_stream = None
     for out in cell.get("outputs", []):
         kind = out.get("output_type")
         if kind == "stream":
-            parts.append(out.get("text", ""))
-        elif kind in ("execute_result", "display_data"):
+            text = out.get("text", "")
+            text = text if isinstance(text, str) else "".join(text)
+            # Consecutive chunks of one stream read as one text, as the notebook shows them:
+            # one print() may arrive as several stream messages under load.
+            if last_stream == out.get("name") and parts:
+                parts[-1] += text
+            else:
+                parts.append(text)
+            last_stream = out.get("name")
+            continue
+        last_stream = None
+        if kind in ("execute_result", "display_data"):
             data = out.get("data", {})
             parts.append("mimetypes: " + " ".join(sorted(data)))
             for mime, value in data.items():
@@ -360,6 +371,26 @@ def test_cell_text_and_checks_can_fail():
         _freed("object store use: 120 MB before, 80 MB after")
     with pytest.raises(AssertionError):
         _run_checks({"check-x": [r"."]}, {})  # a check whose cell is missing
+
+
+def test_cell_text_reads_split_stream_chunks_as_the_notebook_shows_them():
+    """One print() may arrive as several stream messages under load (a fresh-clone run failed
+    02_actors' check-get-if-exists that way): consecutive chunks of a stream are one text."""
+    out = nbformat.v4.new_output
+    cell = nbformat.v4.new_code_cell(
+        "x",
+        outputs=[
+            out("stream", name="stdout", text="same actor: "),
+            out("stream", name="stdout", text="True\nnext line\n"),
+            out("stream", name="stderr", text="warn\n"),
+            out("stream", name="stdout", text="after\n"),
+        ],
+    )
+    text = cell_text(cell)
+    assert re.search(r"^same actor: True$", text, re.MULTILINE), text
+    assert re.search(r"^next line$", text, re.MULTILINE), text
+    assert re.search(r"^warn$", text, re.MULTILINE), text
+    assert re.search(r"^after$", text, re.MULTILINE), text
 
 
 # -- executed -------------------------------------------------------------------------------
