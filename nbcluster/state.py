@@ -37,6 +37,7 @@ __all__ = [
     "set_interrupt_handler",
     "cancel_tasks",
     "pending_tasks",
+    "autoscaler_status",
 ]
 
 
@@ -417,3 +418,26 @@ def cancel_tasks(predicate: Callable[[Any], bool], force: bool = False) -> int:
     for tid in ids:
         client.submitter.cancel(bytes.fromhex(tid), force)
     return len(ids)
+
+
+def autoscaler_status(
+    address: str | None = None, token_file: str | None = None, *, after_seq: int = 0
+) -> Any:
+    """What the cluster's autoscaler is doing: node types, demand, decisions and the
+    scaling events after ``after_seq`` (an ``nbcluster.autoscaler.AutoscalerStatus``;
+    ``enabled`` is False when no autoscaler reports to the head).
+
+    Without ``address`` it asks the head of the current connection; with ``address`` and
+    ``token_file`` it reads any cluster's head without connecting a driver (any thread).
+    """
+    from nbcluster._runtime import proc
+    from nbcluster.autoscaler.status import read_status
+
+    if address is None:
+        client = context.require_client()
+        address, token = client.head_address, client.token  # type: ignore[attr-defined]
+    else:
+        if token_file is None:
+            raise ValueError("autoscaler_status(address=...) needs token_file= as well")
+        token = proc.read_token(token_file)
+    return read_status(address, token, after_seq=after_seq)
