@@ -47,6 +47,7 @@ class LocalCluster:
         node_configs: list[dict[str, Any]] | None = None,
         max_nodes: int | None = None,
         idle_timeout_s: float | None = None,
+        autoscaler_config: dict[str, Any] | None = None,
     ) -> None:
         if node_configs is not None:
             nodes = len(node_configs)
@@ -70,6 +71,7 @@ class LocalCluster:
             raise ValueError(f"idle_timeout_s must be a number >= 0, got {idle_timeout_s!r}")
         self.max_nodes = max_nodes
         self.idle_timeout_s = idle_timeout_s
+        self.autoscaler_config = autoscaler_config
         self.monitor: subprocess.Popen[bytes] | None = None
         self.node_configs = list(node_configs or [])
         self.num_cpus = num_cpus
@@ -134,29 +136,34 @@ class LocalCluster:
         return self
 
     def _start_autoscaler(self, config: Any, env: dict[str, str]) -> None:
-        """With ``max_nodes``: an autoscaler (local provider) that adds node managers like
-        the first one under load and removes them when idle (nbcluster.autoscaler)."""
-        max_nodes = self.max_nodes if self.max_nodes is not None else config.autoscale_max_nodes
-        if not max_nodes or max_nodes <= self.num_nodes:
-            return
-        from nbcluster.autoscaler.local import local_cluster_config
+        """Start the autoscaler (``nbcluster.autoscaler.monitor``) beside the head: with
+        ``autoscaler_config`` (a cluster config, ``nbcluster up``), or with ``max_nodes``
+        (local provider: node managers like the first one, added under load, removed idle)."""
+        cfg = self.autoscaler_config
+        if cfg is None:
+            max_nodes = self.max_nodes if self.max_nodes is not None else config.autoscale_max_nodes
+            if not max_nodes or max_nodes <= self.num_nodes:
+                return
+            from nbcluster.autoscaler.local import local_cluster_config
 
+            idle = self.idle_timeout_s
+            if idle is None:
+                idle = config.autoscale_idle_timeout_s
+            cfg = local_cluster_config(
+                max_workers=max_nodes - self.num_nodes,
+                idle_timeout_s=idle,
+                num_cpus=self.num_cpus,
+                num_gpus=self.num_gpus,
+                resources=self.resources,
+                object_store_memory=self.object_store_memory,
+            )
         assert self.session_dir is not None and self.token_file is not None
-        idle = self.idle_timeout_s
-        if idle is None:
-            idle = config.autoscale_idle_timeout_s
         path = self.session_dir / "autoscaler" / "cluster.json"
         path.parent.mkdir(exist_ok=True)
-        cfg = local_cluster_config(
-            max_workers=max_nodes - self.num_nodes,
-            idle_timeout_s=idle,
-            num_cpus=self.num_cpus,
-            num_gpus=self.num_gpus,
-            resources=self.resources,
-            object_store_memory=self.object_store_memory,
-        )
         path.write_text(json.dumps(cfg))
-        args = ["--config", str(path), "--head-address", self.address, "--stop-nodes-on-exit"]
+        args = ["--config", str(path), "--head-address", self.address]
+        if cfg.get("provider", {}).get("type") == "local" and not self.detached:
+            args.append("--stop-nodes-on-exit")  # they are this cluster's processes
         self.monitor = self._spawn(
             "nbcluster.autoscaler.monitor",
             ["--session-dir", str(self.session_dir), "--token-file", str(self.token_file), *args],
