@@ -214,7 +214,7 @@ class LoadReporter:
     def leave_reason(self) -> str:
         """What the node tells the head when it stops."""
         if self.draining:
-            return f"removed by the autoscaler ({self.drain_reason or 'idle'})"
+            return f"removed by the autoscaler: {self.drain_reason or 'idle'}"
         return "node stopped"
 
     def drain(self, undo: bool, reason: str = "") -> apb.DrainReply:
