@@ -80,11 +80,11 @@ _PROVIDER_KEYS: dict[str, dict[str, str]] = {
     },
     "kubernetes": {
         "type": "kubernetes",
-        "namespace": "the namespace worker pods are created in (default: default)",
+        "namespace": "the namespace of the worker pods (default: the head pod's own)",
         "head_service": "the Service in front of the head (default: <cluster_name>-head)",
         "head_port": "the head's port on that Service (default: 6380)",
         "token_secret": "the Secret holding the cluster token (default: <cluster_name>-token)",
-        "image": "container image of the workers (default: nbcluster:latest)",
+        "image": "container image of the workers (default: the head pod's own image)",
         "service_account": "service account of the worker pods (default: none)",
         "in_cluster": "load the pod's service-account credentials (default: true)",
     },
@@ -455,11 +455,10 @@ def _provider(value: Any) -> dict[str, Any]:
         if len(set(ips)) != len(ips):
             raise ConfigError("'provider.worker_ips' lists an address twice")
         out["worker_ips"] = list(ips)
-    if ptype == "kubernetes":
-        ns = value.get("namespace", "default")
+    if ptype == "kubernetes" and "namespace" in value:
+        ns = value["namespace"]
         if not isinstance(ns, str) or not _NAME_RE.fullmatch(ns):
             raise ConfigError(
                 f"'provider.namespace' must be a Kubernetes namespace name, got {ns!r}"
             )
-        out["namespace"] = ns
     return out

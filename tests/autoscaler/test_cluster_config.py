@@ -175,3 +175,12 @@ def test_unreadable_files_say_so(tmp_path: Path) -> None:
     badj.write_text("{")
     with pytest.raises(ConfigError, match=r"^bad.json: not valid JSON"):
         load_config(badj)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["deploy/examples/local.yaml", "deploy/examples/hosts.yaml", "deploy/kubernetes/cluster.yaml"],
+)
+def test_the_shipped_configs_are_valid(path: str) -> None:
+    cfg = load_config(Path(__file__).resolve().parents[2] / path)
+    assert cfg.worker_types() and cfg.head_node_type == "head"

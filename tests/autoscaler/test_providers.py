@@ -321,6 +321,43 @@ def test_kubernetes_provider_creates_lists_labels_and_deletes_pods() -> None:
     assert p.non_terminated_nodes({}) == [ids[1]]
 
 
+def test_kubernetes_workers_use_the_heads_image_and_belong_to_its_replicaset(
+    monkeypatch: Any,
+) -> None:
+    server = FakeApiServer()
+    head = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "nbcluster-head-7d9f-x2",
+            "namespace": "ml",
+            "labels": {"app.kubernetes.io/component": "head"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "nbcluster-head-7d9f",
+                 "uid": "rs-uid", "controller": True}
+            ],
+        },
+        "spec": {"containers": [{"name": "head", "image": "registry.example/nbcluster:2"}]},
+    }  # fmt: skip
+    server.pods[("ml", head["metadata"]["name"])] = head
+    monkeypatch.setenv("POD_NAME", head["metadata"]["name"])
+    p = KubernetesNodeProvider(
+        {"type": "kubernetes", "namespace": "ml"}, "demo", core_api=_api(server)
+    )
+    (name,) = p.create_node(NODE_CONFIG, TAGS, 1)
+    pod = server.pods[("ml", name)]
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/nbcluster:2"
+    assert pod["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "nbcluster-head-7d9f",
+            "uid": "rs-uid",
+        }
+    ]
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
 def test_kubernetes_provider_skips_finished_and_deleting_pods() -> None:
     server = FakeApiServer()
     p = _k8s(server)
@@ -357,7 +394,7 @@ def test_worker_pod_is_a_valid_pod_with_what_nbcluster_needs() -> None:
     )
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
     c = pod["spec"]["containers"][0]
-    assert c["command"][:6] == [
+    assert c["args"][:6] == [
         "nbcluster",
         "start",
         "--address",
@@ -365,7 +402,7 @@ def test_worker_pod_is_a_valid_pod_with_what_nbcluster_needs() -> None:
         "--node-name",
         "$(POD_NAME)",
     ]
-    assert "--num-gpus=1" in c["command"] and c["command"][-1] == "--block"
+    assert "--num-gpus=1" in c["args"] and c["args"][-1] == "--block"
     assert c["resources"]["limits"] == {"cpu": "2", "memory": "4000000000", "nvidia.com/gpu": "1"}
     assert {v["name"] for v in pod["spec"]["volumes"]} == {"token", "dshm"}
     assert pod["spec"]["restartPolicy"] == "Never"

@@ -4,8 +4,9 @@ The head runs in the cluster (``deploy/kubernetes``: a Deployment running ``nbcl
 --block``, a Service, a Secret with the token, RBAC that lets it manage pods in its own
 namespace only). For each worker it creates a pod from the node type's ``node_config``
 (a pod template: ``{metadata: ..., spec: ...}``, optional) completed with what nbcluster
-needs: labels carrying the tags, ``restartPolicy: Never``, a container running ``nbcluster
-start --address <head service> --node-name $(POD_NAME) --host $(POD_IP) --block`` with the
+needs: labels carrying the tags, ``restartPolicy: Never``, a container whose arguments are
+``nbcluster start --address <head service> --node-name $(POD_NAME) --host $(POD_IP) --block``
+(run by the image's entrypoint) with the
 token mounted from the Secret, ``/dev/shm`` as memory for the object store, and CPU, memory
 and GPU requests from the node type's resources. The instance id is the pod name.
 ``tests/autoscaler/test_kubernetes_provider.py`` runs this against the real client
@@ -14,7 +15,9 @@ with an in-memory REST layer, and validates every pod against the Kubernetes sch
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -49,6 +52,7 @@ def worker_pod(
     token_secret: str,
     image: str = DEFAULT_IMAGE,
     service_account: str = "",
+    owner_references: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The pod manifest of one worker node (plain data, ready for the API or a validator)."""
     template = copy.deepcopy(dict(node_config.get("pod", {})))
@@ -61,10 +65,14 @@ def worker_pod(
         **dict(tags),
     }
     meta.update({"name": name, "namespace": namespace, "labels": labels})
+    if owner_references:
+        meta["ownerReferences"] = list(owner_references)
     spec = dict(template.get("spec", {}))
     spec["restartPolicy"] = "Never"
     if service_account and "serviceAccountName" not in spec:
         spec["serviceAccountName"] = service_account
+    # The token Secret is mounted group-readable for this group (the image's user).
+    spec.setdefault("securityContext", {}).setdefault("fsGroup", 1000)
     containers = [dict(c) for c in spec.get("containers", [])]
     main = next((c for c in containers if c.get("name") == CONTAINER), None)
     if main is None:
@@ -74,8 +82,9 @@ def worker_pod(
     num = [f"--num-cpus={resources.get('CPU', 0.0):g}"]
     if resources.get("GPU"):
         num.append(f"--num-gpus={resources['GPU']:g}")
+    # ``args``: the image's entrypoint (tini in deploy/docker/Dockerfile) runs it.
     main.setdefault(
-        "command",
+        "args",
         [
             "nbcluster",
             "start",
@@ -116,7 +125,7 @@ def worker_pod(
     spec["containers"] = containers
     volumes = [v for v in spec.get("volumes", []) if v.get("name") not in ("token", "dshm")]
     volumes += [
-        {"name": "token", "secret": {"secretName": token_secret, "defaultMode": 0o400}},
+        {"name": "token", "secret": {"secretName": token_secret, "defaultMode": 0o440}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
     spec["volumes"] = volumes
@@ -140,17 +149,19 @@ class KubernetesNodeProvider(NodeProvider):
         core_api: Any = None,
     ) -> None:
         super().__init__(provider_config, cluster_name)
-        self.namespace = str(provider_config.get("namespace", "default"))
+        in_cluster = bool(provider_config.get("in_cluster", True))
+        self.namespace = str(provider_config.get("namespace") or _own_namespace(in_cluster))
         service = str(provider_config.get("head_service", f"{cluster_name}-head"))
         port = int(provider_config.get("head_port", DEFAULT_PORT))
         self.head_address = f"{service}.{self.namespace}.svc:{port}"
         self.token_secret = str(provider_config.get("token_secret", f"{cluster_name}-token"))
-        self.image = str(provider_config.get("image", DEFAULT_IMAGE))
+        self.image = str(provider_config.get("image", ""))
         self.service_account = str(provider_config.get("service_account", ""))
         if core_api is None:
-            core_api = _default_api(bool(provider_config.get("in_cluster", True)))
+            core_api = _default_api(in_cluster)
         self.api = core_api
         self.tags_cache: dict[str, dict[str, str]] = {}
+        self._pod: Any = None
 
     def _api_error(self, err: Exception, what: str) -> ProviderError:
         status = getattr(err, "status", None)
@@ -181,8 +192,9 @@ class KubernetesNodeProvider(NodeProvider):
                 {**tags, TAG_CLUSTER: self.cluster_name},
                 head_address=self.head_address,
                 token_secret=self.token_secret,
-                image=self.image,
+                image=self.worker_image(),
                 service_account=self.service_account,
+                owner_references=self.owner_references(),
             )
             try:
                 self.api.create_namespaced_pod(namespace=self.namespace, body=V1Pod.from_dict(body))
@@ -194,6 +206,36 @@ class KubernetesNodeProvider(NodeProvider):
         if not ids and error is not None:
             raise error
         return ids
+
+    def _own_pod(self) -> Any:
+        """The head's own pod (``POD_NAME``, set in deploy/kubernetes/head.yaml), or None."""
+        if self._pod is None:
+            self._pod = False
+            pod_name = os.environ.get("POD_NAME", "")
+            if pod_name:
+                with contextlib.suppress(Exception):  # run without what it would tell
+                    self._pod = self.api.read_namespaced_pod(
+                        name=pod_name, namespace=self.namespace
+                    )
+        return self._pod or None
+
+    def worker_image(self) -> str:
+        """``provider.image``, else the image of the head's own pod, else ``nbcluster:latest``."""
+        if not self.image:
+            pod = self._own_pod()
+            self.image = (pod.spec.containers[0].image if pod is not None else "") or DEFAULT_IMAGE
+        return self.image
+
+    def owner_references(self) -> list[dict[str, Any]]:
+        """Worker pods belong to the head's ReplicaSet: deleting the head's Deployment (or
+        changing its config) removes them, a restart of the head pod does not."""
+        pod = self._own_pod()
+        refs = (pod.metadata.owner_references or []) if pod is not None else []
+        return [
+            {"apiVersion": r.api_version, "kind": r.kind, "name": r.name, "uid": r.uid}
+            for r in refs
+            if r.kind == "ReplicaSet"
+        ]
 
     def terminate_node(self, instance_id: str) -> None:
         try:
@@ -243,6 +285,20 @@ class KubernetesNodeProvider(NodeProvider):
         except Exception as err:  # noqa: BLE001
             raise self._api_error(err, f"labelling pod {instance_id}") from None
         self.tags_cache.setdefault(instance_id, {}).update(tags)
+
+
+SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _own_namespace(in_cluster: bool) -> str:
+    """The namespace this pod runs in (from its service account), else ``default``."""
+    if in_cluster:
+        try:
+            with open(SA_NAMESPACE) as f:
+                return f.read().strip() or "default"
+        except OSError:
+            pass
+    return "default"
 
 
 def _default_api(in_cluster: bool) -> Any:
