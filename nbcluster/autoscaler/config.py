@@ -77,6 +77,8 @@ _PROVIDER_KEYS: dict[str, dict[str, str]] = {
         "head_ip": "address of the head machine (the head listens there)",
         "worker_ips": "addresses of the worker machines, e.g. [10.0.0.2, 10.0.0.3]",
         "python": "the interpreter that runs nbcluster on the hosts (default: python3)",
+        "command_prefix": "run host commands with this argv prefix instead of SSH: a list "
+        "with {host} in it (e.g. [docker, exec, '{host}']) or a mapping address -> list",
     },
     "kubernetes": {
         "type": "kubernetes",
@@ -455,6 +457,21 @@ def _provider(value: Any) -> dict[str, Any]:
         if len(set(ips)) != len(ips):
             raise ConfigError("'provider.worker_ips' lists an address twice")
         out["worker_ips"] = list(ips)
+        prefix = value.get("command_prefix")
+        if prefix is not None:
+            lists = list(prefix.values()) if isinstance(prefix, Mapping) else [prefix]
+            for argv in lists:
+                if isinstance(argv, str) or not isinstance(argv, Sequence) or not argv:
+                    raise ConfigError(
+                        "'provider.command_prefix' must be a non-empty list of words (or a "
+                        f"mapping of address to such lists), got {_kind(prefix)}"
+                    )
+                if not all(isinstance(w, str) for w in argv):
+                    raise ConfigError("'provider.command_prefix' words must be strings")
+            if isinstance(prefix, Mapping):
+                missing = [ip for ip in ips if ip not in prefix]
+                if missing:
+                    raise ConfigError(f"'provider.command_prefix' has no entry for {missing[0]}")
     if ptype == "kubernetes" and "namespace" in value:
         ns = value["namespace"]
         if not isinstance(ns, str) or not _NAME_RE.fullmatch(ns):

@@ -181,13 +181,16 @@ class _Bin:
 
 def _times(shape: ShapeKey, room: Mapping[str, float]) -> int:
     """How many copies of ``shape`` fit in ``room``."""
-    n = math.inf
+    n = -1
+    get = room.get
     for k, v in shape:
-        have = room.get(k, 0.0)
-        if have + EPS < v:
+        have = get(k, 0.0) + EPS
+        if have < v:
             return 0
-        n = min(n, math.floor((have + EPS) / v))
-    return int(n) if n != math.inf else 0
+        q = int(have / v)
+        if n < 0 or q < n:
+            n = q
+    return max(n, 0)
 
 
 def _take(room: dict[str, float], shape: ShapeKey, times: int) -> None:
@@ -229,7 +232,9 @@ def _pack(
 
 
 def _pack_distinct(bundles: Sequence[ShapeKey], bins: Sequence[_Bin]) -> list[ShapeKey]:
-    """STRICT_SPREAD: each bundle on a different bin; returns the bundles left over."""
+    """STRICT_SPREAD: each bundle on a different bin; returns the bundles left over.
+
+    ``bins`` should be only bins that might have room (see :func:`_with_room`)."""
     taken: set[int] = set()
     left: list[ShapeKey] = []
     for shape in sorted(bundles, key=_size, reverse=True):
@@ -243,6 +248,12 @@ def _pack_distinct(bundles: Sequence[ShapeKey], bins: Sequence[_Bin]) -> list[Sh
         else:
             left.append(shape)
     return left
+
+
+def _with_room(groups: Sequence[Sequence[ShapeKey]], bins: Sequence[_Bin]) -> list[_Bin]:
+    """The bins that can hold at least the smallest bundle of any group (one pass)."""
+    smallest = {min(g, key=lambda b: sum(v for _, v in b)) for g in groups if g}
+    return [b for b in bins if any(_times(s, b.room) >= 1 for s in smallest)]
 
 
 def _score(
@@ -325,7 +336,8 @@ def decide(state: ClusterState, demand: Demand, config: ClusterConfig, now: floa
             bins.extend(_Bin(dict(types[t].resources), None, t, new=False) for _ in range(k))
     todo = sorted(items + pg_items, key=lambda it: _size(it[0]), reverse=True)
     left = _pack(todo, bins)
-    spread_left: list[list[ShapeKey]] = [_pack_distinct(g, bins) for g in spread_groups]
+    roomy = _with_room(spread_groups, bins) if spread_groups else []
+    spread_left: list[list[ShapeKey]] = [_pack_distinct(g, roomy) for g in spread_groups]
 
     # 3. new nodes for what is left
     launch: Counter[str] = Counter()

@@ -158,7 +158,35 @@ def test_a_node_with_an_actor_or_objects_only_there_is_kept(one_node: Any) -> No
     assert _alive(nid), "the node holding the only copy of an object was removed"
     assert nbcluster.get(obj, timeout=DEADLINE).sum() == 2**20
     del obj
-    poll_for(lambda: not _alive(nid), DEADLINE, 0.1, "the node was not removed once idle")
+    try:
+        poll_for(lambda: not _alive(nid), DEADLINE, 0.1)
+    except AssertionError:
+        raise AssertionError(f"the node was not removed once idle: {_diagnose(nid)}") from None
+
+
+def _diagnose(node_id: str) -> str:
+    """What the head knows of a node's load, and the autoscaler's log (for failures)."""
+    from nbcluster._runtime import context
+    from nbcluster._runtime.node.autoscaling import busy_reason
+    from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
+    from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
+    from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel
+
+    client = context.require_client()
+    channel = make_sync_channel(client.head_address, client.token)
+    reply = apb_grpc.AutoscalingStub(channel).GetDemand(
+        apb.DemandRequest(), metadata=auth_metadata(client.token), timeout=10
+    )
+    channel.close()
+    loads = [
+        f"{n.node_name}: busy={busy_reason(n.load)!r} idle={n.load.idle_s:.1f}s "
+        f"draining={n.load.draining}"
+        for n in reply.nodes
+        if n.node_id.hex() == node_id
+    ]
+    log = Path(state.session_info()["session_dir"]) / "logs" / "monitor.log"
+    events = [f"{e.kind}: {e.message}" for e in state.autoscaler_status().events[-8:]]
+    return f"{loads} events={events} monitor log: {log.read_text()[-2000:]}"
 
 
 def test_request_resources_scales_without_tasks(one_node: Any) -> None:

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 INFEASIBLE_WINDOW_S = 3.0
 #: How often the node looks at itself (busy or idle).
 SAMPLE_S = 0.1
+#: After the first request of a burst, wait this long for the rest before reporting.
+SETTLE_S = 0.05
 #: Quickest follow-up report after a change.
 MIN_GAP_S = 0.1
 #: A report at least this often, changed or not.
@@ -170,8 +172,13 @@ class LoadReporter:
         counted_at = -1e9
         try:
             while True:
-                with contextlib.suppress(asyncio.TimeoutError):
+                try:
                     await asyncio.wait_for(self.wake.wait(), timeout=SAMPLE_S)
+                    # Woken by a request: let the rest of its burst arrive, so that one
+                    # report carries all of it (an owner sends its requests together).
+                    await asyncio.sleep(SETTLE_S)
+                except TimeoutError:
+                    pass
                 self.wake.clear()
                 st = self.service.state
                 now = self.clock()

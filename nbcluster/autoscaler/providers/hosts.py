@@ -9,13 +9,14 @@ command line), then ``python3 -m nbcluster.cli start --address HEAD --node-name 
 it runs ``python3 -m nbcluster.autoscaler.hostcmd stop --node-name IP`` there.
 
 Commands go through a :class:`CommandRunner`: :class:`SSHCommandRunner` in production,
-and any argv prefix in tests (``ip netns exec <namespace>``: the network-namespace hosts of
-``tests/multinode``). Which machines are in use, and their tags, is kept in
+or ``provider.command_prefix`` (an argv prefix such as ``docker exec {host}``; the tests use
+``ip netns exec <namespace>`` for the network-namespace hosts of ``tests/multinode``). Which machines are in use, and their tags, is kept in
 ``<session>/autoscaler/hosts-nodes.json`` on the head's machine.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shlex
@@ -95,6 +96,13 @@ class SSHCommandRunner(CommandRunner):
         )
 
 
+def _prefix(spec: Any) -> Callable[[str], list[str]]:
+    """``provider.command_prefix`` as a function of the host."""
+    if isinstance(spec, Mapping):
+        return lambda host: list(spec[host])
+    return lambda host: [w.replace("{host}", host) for w in spec]
+
+
 class HostsNodeProvider(NodeProvider):
     """One node manager per machine of ``provider.worker_ips`` (see the module docstring)."""
 
@@ -115,6 +123,8 @@ class HostsNodeProvider(NodeProvider):
     ) -> None:
         super().__init__(provider_config, cluster_name)
         auth = auth or {}
+        if runner is None and provider_config.get("command_prefix"):
+            runner = PrefixCommandRunner(_prefix(provider_config["command_prefix"]))
         self.runner = runner or SSHCommandRunner(
             str(auth.get("ssh_user", "")),
             str(auth.get("ssh_private_key", "")),
@@ -161,19 +171,23 @@ class HostsNodeProvider(NodeProvider):
             )
         ids: list[str] = []
         errors: list[str] = []
-        try:
-            for ip in free:
-                try:
-                    self._start(ip, node_config, tags)
-                    ids.append(ip)
-                except ProviderError as err:
-                    errors.append(str(err))
+
+        def start(ip: str) -> None:
+            try:
+                self._start(ip, node_config, tags)
+                ids.append(ip)
+            except ProviderError as err:
+                errors.append(str(err))
+
+        try:  # the machines start in parallel (each waits until its node has joined)
+            with concurrent.futures.ThreadPoolExecutor(min(len(free), 16)) as pool:
+                list(pool.map(start, free))
         finally:
             with self.lock:
                 self.reserved -= set(free)
         if not ids:
             raise ProviderError(errors[0] if errors else "no machine could be started")
-        return ids
+        return sorted(ids)
 
     def _run(self, ip: str, argv: Sequence[str], what: str, **kw: Any) -> str:
         try:
