@@ -90,7 +90,7 @@ def demand_from_reply(reply: apb.DemandReply) -> Demand:
         PlacementGroupDemand([dict(b.resources) for b in g.bundles], g.strategy, g.name)
         for g in reply.placement_groups
     ]
-    requested = [dict(s.resources) for s in reply.requested for _ in range(max(1, s.count))]
+    requested = [(dict(s.resources), int(s.count)) for s in reply.requested]
     return Demand(pending, infeasible, groups, requested)
 
 
@@ -150,6 +150,7 @@ class Monitor:
             TAG_NODE_TYPE: node_type,
             TAG_LAUNCH_TIME: f"{self.clock():.0f}",
         }
+        started = self.clock()
         try:
             ids = await loop.run_in_executor(
                 self.pool, self.provider.create_node, self._node_config(node_type), tags, count
@@ -158,7 +159,7 @@ class Monitor:
             log.warning("launching %d x %s failed: %s", count, node_type, err)
             self.tracker.launch_failed(node_type, count, str(err), self.clock())
         else:
-            self.tracker.launch_done(node_type, ids, count, self.clock())
+            self.tracker.launch_done(node_type, ids, count, self.clock(), started_at=started)
         self.wake.set()
 
     async def _remove(self, iid: str, reason: str, joined: bool) -> None:

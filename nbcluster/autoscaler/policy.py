@@ -124,13 +124,14 @@ class Demand:
 
     ``pending``: lease requests queued on nodes, as (shape, count). ``infeasible``: lease
     requests no current node can ever fit (a new node type might). ``placement_groups``:
-    groups not placed yet. ``requested``: the bundles of the last ``request_resources()``.
+    groups not placed yet. ``requested``: the bundles of the last ``request_resources()``,
+    as (shape, count).
     """
 
     pending: Sequence[tuple[Shape, int]] = ()
     infeasible: Sequence[tuple[Shape, int]] = ()
     placement_groups: Sequence[PlacementGroupDemand] = ()
-    requested: Sequence[Shape] = ()
+    requested: Sequence[tuple[Shape, int]] = ()
 
 
 # -- outputs -------------------------------------------------------------------------------------
@@ -418,7 +419,10 @@ def decide(state: ClusterState, demand: Demand, config: ClusterConfig, now: floa
 
     # 4. request_resources: pack onto totals, launch for the rest (not speed-capped)
     if demand.requested:
-        req: Counter[ShapeKey] = Counter(shape_key(b) for b in demand.requested if shape_key(b))
+        req: Counter[ShapeKey] = Counter()
+        for b, n in demand.requested:
+            if shape_key(b) and n > 0:
+                req[shape_key(b)] += n
         req_items = []
         for key, n in req.items():
             if any(_fits(key, cap) for cap in capacities):

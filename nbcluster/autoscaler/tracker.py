@@ -248,12 +248,22 @@ class Tracker:
             )
         )
 
-    def launch_done(self, node_type: str, ids: Sequence[str], requested: int, now: float) -> None:
-        """The provider created ``ids`` (fewer than asked counts as a failure for the rest)."""
+    def launch_done(
+        self,
+        node_type: str,
+        ids: Sequence[str],
+        requested: int,
+        now: float,
+        started_at: float | None = None,
+    ) -> None:
+        """The provider created ``ids`` (fewer than asked counts as a failure for the rest).
+
+        ``started_at``: when the launch was asked for (a provider may return only once its
+        nodes run); the launch timeout and "joined after" count from it."""
         self.in_flight[node_type] -= requested
         for iid in ids:
             if iid not in self.instances:
-                self.instances[iid] = Instance(iid, node_type, now)
+                self.instances[iid] = Instance(iid, node_type, started_at or now)
         if len(ids) < requested:
             self._launch_failure(
                 node_type, now, f"the provider created {len(ids)} of {requested} node(s)"

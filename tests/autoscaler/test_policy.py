@@ -186,15 +186,21 @@ def test_a_group_no_node_type_can_hold_is_infeasible() -> None:
 # -- request_resources -----------------------------------------------------------------------------------
 def test_request_resources_counts_running_work_and_bypasses_upscaling_speed() -> None:
     busy = worker("w1", free=0, busy="2 running tasks")
-    d = run([busy], Demand(requested=[{"CPU": 1}] * 16))
+    d = run([busy], Demand(requested=[({"CPU": 1}, 16)]))
     # Totals: head 2 + w1 2 = 4 CPUs, so 12 more: 6 nodes (more than the 5-launch floor).
     assert d.launch == {"cpu2": 6}
     assert "request_resources" in d.reasons["cpu2"]
 
 
+def test_a_huge_request_is_capped_by_max_workers_not_expanded() -> None:
+    d = run([], Demand(requested=[({"CPU": 1}, 10**12)]))
+    assert d.launch == {"cpu2": 20}
+    assert any("max_workers" in w.reason for w in d.waiting)
+
+
 def test_request_resources_keeps_idle_nodes_it_needs() -> None:
     idle = [worker(f"w{i}", idle_for=600) for i in range(3)]
-    d = run(idle, Demand(requested=[{"CPU": 2}] * 3))
+    d = run(idle, Demand(requested=[({"CPU": 2}, 2), ({"CPU": 2}, 1)]))
     # The head's 2 CPUs hold one bundle; two workers are needed, one may go.
     assert len(d.terminate) == 1
     d = run(idle, Demand())

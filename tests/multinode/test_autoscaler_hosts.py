@@ -99,12 +99,13 @@ def test_hosts_provider_grows_onto_idle_machines_and_releases_them(
     r = hosts.run(0, [sys.executable, "-c", DRIVER, head], hosts.env(0, tmp_path), timeout=180)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    # 4 one-CPU tasks with only the head's CPU-less node: two 2-CPU hosts are started.
-    assert sorted(n for n in out["grown"] if n in workers) == sorted(workers), out["events"]
+    # 4 one-CPU tasks with only the head's CPU-less node: two 2-CPU hosts are started (where
+    # the scheduler then places the tasks is its business), and removed once idle.
+    joined = sorted(m.split()[1] for k, m in out["events"] if k == "joined")
+    removed = sorted(m.split()[1] for k, m in out["events"] if k == "removed")
+    assert joined == sorted(workers) and removed == sorted(workers), out["events"]
     assert out["ran_on"] and set(out["ran_on"]) <= set(workers)
     assert out["after"] == [n for n in out["grown"] if n not in workers]  # only the head's node
-    kinds = [k for k, _ in out["events"]]
-    assert kinds.count("joined") == 2 and kinds.count("removed") == 2
     assert any("idle for" in m for k, m in out["events"] if k == "terminate")
     # The token went to the hosts over stdin into a private file, never on a command line.
     token_file = Path.home() / ".nbcluster" / f"{name}.token"

@@ -207,6 +207,10 @@ class AutoscalingService(apb_grpc.AutoscalingServicer):
         self, request: apb.RequestResourcesRequest, context: grpc.aio.ServicerContext
     ):
         for b in request.bundles:
+            if b.count < 0:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"bundle counts must be >= 0, got {b.count}"
+                )
             for name, amount in b.resources.items():
                 if not name or amount < 0 or amount != amount or amount == float("inf"):
                     await context.abort(
