@@ -177,8 +177,6 @@ class KubernetesNodeProvider(NodeProvider):
     def create_node(
         self, node_config: Mapping[str, Any], tags: Mapping[str, str], count: int
     ) -> list[str]:
-        from kubernetes.client import V1Pod
-
         kind = str(tags.get("nbcluster-node-type", "worker")).lower().replace("_", "-")
         kind = kind.replace(".", "-")
         ids: list[str] = []
@@ -197,7 +195,8 @@ class KubernetesNodeProvider(NodeProvider):
                 owner_references=self.owner_references(),
             )
             try:
-                self.api.create_namespaced_pod(namespace=self.namespace, body=V1Pod.from_dict(body))
+                # A plain manifest: every client version (old and pydantic-based) takes it.
+                self.api.create_namespaced_pod(namespace=self.namespace, body=body)
             except Exception as err:  # noqa: BLE001 - ApiException, urllib3 errors: all reported
                 error = self._api_error(err, f"creating pod {name}")
                 break
