@@ -4,6 +4,7 @@ nbcluster start --head [--num-cpus N] [--port P] [--block]
 nbcluster start --address HOST:PORT [--num-cpus N] [--block]
 nbcluster status [--address HOST:PORT]
 nbcluster stop
+nbcluster up CONFIG | down CONFIG | attach CONFIG   (nbcluster/autoscaler/cli.py)
 """
 
 from __future__ import annotations
@@ -191,6 +192,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"  node {n['NodeID'][:8]} {n['NodeName']:<12} {n['NodeManagerAddress']}:{n['NodeManagerPort']}"
                 f"  {state}  {res}  {store}"
             )
+        from nbcluster.autoscaler.cli import print_status
+
+        print_status()  # node types, pending demand and decisions of the autoscaler
     finally:
         nbcluster.shutdown()
     return 0
@@ -204,6 +208,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
         if not pids_file.exists():
             continue
         pids = json.loads(pids_file.read_text())
+        if (session / "autoscaler").is_dir():  # its autoscaler and the nodes it launched
+            from nbcluster.autoscaler.cli import stop_autoscaled
+
+            stopped += stop_autoscaled(session)
         for pid in [*pids.get("nodes", []), pids.get("head", 0)]:
             if pid and proc.pid_alive(pid) and _is_ours(pid, session):
                 os.kill(pid, signal.SIGTERM)
@@ -256,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("stop", help="stop the clusters started with `nbcluster start` on this host")
     p.set_defaults(fn=cmd_stop)
+    from nbcluster.autoscaler.cli import add_subcommands  # up, down, attach
+
+    add_subcommands(sub)
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

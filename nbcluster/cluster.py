@@ -45,6 +45,9 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         token: str | None = None,
         node_configs: list[dict[str, Any]] | None = None,
+        max_nodes: int | None = None,
+        idle_timeout_s: float | None = None,
+        autoscaler_config: dict[str, Any] | None = None,
     ) -> None:
         if node_configs is not None:
             nodes = len(node_configs)
@@ -57,6 +60,19 @@ class LocalCluster:
                     f"unknown node_configs key(s) {sorted(bad)}; valid: num_cpus, num_gpus, "
                     "resources, object_store_memory, name"
                 )
+        if max_nodes is not None and (type(max_nodes) is not int or max_nodes < nodes):
+            raise ValueError(
+                f"max_nodes must be a whole number >= nodes ({nodes}), got {max_nodes!r}: the "
+                "cluster starts with `nodes` node managers and the autoscaler adds up to max_nodes"
+            )
+        if idle_timeout_s is not None and not (
+            isinstance(idle_timeout_s, int | float) and 0 <= idle_timeout_s < float("inf")
+        ):
+            raise ValueError(f"idle_timeout_s must be a number >= 0, got {idle_timeout_s!r}")
+        self.max_nodes = max_nodes
+        self.idle_timeout_s = idle_timeout_s
+        self.autoscaler_config = autoscaler_config
+        self.monitor: subprocess.Popen[bytes] | None = None
         self.node_configs = list(node_configs or [])
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -82,7 +98,7 @@ class LocalCluster:
         """Start the processes and wait until every node has registered."""
         from nbcluster.config import Config
 
-        config = Config.from_env()
+        config = Config.from_env({**os.environ, **self.env})
         self.session_dir = proc.new_session_dir(self.temp_dir or config.temp_dir)
         proc.create_token_file(
             self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None
@@ -111,12 +127,48 @@ class LocalCluster:
                 alive=lambda: head.poll() is None,
             ).strip()
             self._wait_nodes(timeout)
+            self._start_autoscaler(config, env)
         except BaseException:
             self.stop()
             raise
         if self.detached:
             self._write_pids()
         return self
+
+    def _start_autoscaler(self, config: Any, env: dict[str, str]) -> None:
+        """Start the autoscaler (``nbcluster.autoscaler.monitor``) beside the head: with
+        ``autoscaler_config`` (a cluster config, ``nbcluster up``), or with ``max_nodes``
+        (local provider: node managers like the first one, added under load, removed idle)."""
+        cfg = self.autoscaler_config
+        if cfg is None:
+            max_nodes = self.max_nodes if self.max_nodes is not None else config.autoscale_max_nodes
+            if not max_nodes or max_nodes <= self.num_nodes:
+                return
+            from nbcluster.autoscaler.local import local_cluster_config
+
+            idle = self.idle_timeout_s
+            if idle is None:
+                idle = config.autoscale_idle_timeout_s
+            cfg = local_cluster_config(
+                max_workers=max_nodes - self.num_nodes,
+                idle_timeout_s=idle,
+                num_cpus=self.num_cpus,
+                num_gpus=self.num_gpus,
+                resources=self.resources,
+                object_store_memory=self.object_store_memory,
+            )
+        assert self.session_dir is not None and self.token_file is not None
+        path = self.session_dir / "autoscaler" / "cluster.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(cfg))
+        args = ["--config", str(path), "--head-address", self.address]
+        if cfg.get("provider", {}).get("type") == "local" and not self.detached:
+            args.append("--stop-nodes-on-exit")  # they are this cluster's processes
+        self.monitor = self._spawn(
+            "nbcluster.autoscaler.monitor",
+            ["--session-dir", str(self.session_dir), "--token-file", str(self.token_file), *args],
+            env,
+        )
 
     def _node_args(self, index: int) -> list[str]:
         cfg = self.node_configs[index] if index < len(self.node_configs) else {}
@@ -301,6 +353,15 @@ class LocalCluster:
     # -- stopping ----------------------------------------------------------------------------
     def stop(self, grace: float = 3.0) -> None:
         """End every process of the cluster (SIGTERM, then SIGKILL after ``grace`` seconds)."""
+        if self.monitor is not None:  # first, so it launches nothing more; it stops its nodes
+            if self.monitor.poll() is None:
+                self.monitor.send_signal(signal.SIGTERM)
+            try:
+                self.monitor.wait(grace + 15)
+            except subprocess.TimeoutExpired:
+                self.monitor.kill()
+                self.monitor.wait(5)
+            self.monitor = None
         procs = [p for p in [*self.nodes, self.head] if p is not None]
         for p in procs:
             if p.poll() is None:

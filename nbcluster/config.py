@@ -78,6 +78,10 @@ class Config:
     """How often the memory monitor checks (0 turns it off)."""
     task_oom_retries: int = 3
     """Retries of a task killed by the memory monitor (separate from max_retries; -1: forever)."""
+    autoscale_max_nodes: int = 0
+    """A local cluster started by ``init()`` grows to this many nodes under load (0: fixed size)."""
+    autoscale_idle_timeout_s: float = 60.0
+    """Seconds an autoscaled local node stays idle before it is removed."""
 
     # Fields that must be > 0 (all other numbers must be >= 0).
     _POSITIVE: ClassVar[frozenset[str]] = frozenset(

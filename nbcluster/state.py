@@ -37,6 +37,7 @@ __all__ = [
     "set_interrupt_handler",
     "cancel_tasks",
     "pending_tasks",
+    "autoscaler_status",
 ]
 
 
@@ -119,7 +120,8 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
 
     Works from any thread and inside a running event loop (it uses a blocking channel).
     Returns ``{"address", "session_dir", "nodes": [...], "total": {...}, "available":
-    {...}, "store_used", "store_capacity", "num_workers", "pending_leases", "actors"}``.
+    {...}, "store_used", "store_capacity", "num_workers", "pending_leases", "actors",
+    "autoscaler"}`` (``autoscaler``: ``{"summary", "events"}``, or None without one).
     Raises ``HeadUnavailableError`` when the head cannot be reached.
     """
     import grpc
@@ -137,6 +139,7 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
             actors = head.ListActors(pb.Empty(), metadata=md, timeout=timeout)
         except grpc.RpcError as err:
             raise to_exception(err, Peer.HEAD, "status") from None  # type: ignore[arg-type]
+        autoscaler = _autoscaler_summary(channel, md, timeout)
     finally:
         channel.close()
     nodes = []
@@ -173,7 +176,29 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
         "pending_leases": sum(n["pending_leases"] for n in nodes),
         "running_tasks": sum(n["running_tasks"] for n in nodes),
         "actors": sum(1 for a in actors.actors if a.state != pb.ActorInfo.DEAD),
+        "autoscaler": autoscaler,
     }
+
+
+def _autoscaler_summary(channel: Any, md: Any, timeout: float) -> dict[str, Any] | None:
+    """``{"summary", "events": [{"time", "kind", "message"}]}`` (the last 5), or None when
+    the cluster has no autoscaler (for :func:`cluster_status`)."""
+    import grpc
+
+    from nbcluster._runtime.protocol.protos import autoscaler_pb2, autoscaler_pb2_grpc
+    from nbcluster.autoscaler.status import from_proto
+
+    try:
+        reply = autoscaler_pb2_grpc.AutoscalingStub(channel).GetAutoscalerStatus(
+            autoscaler_pb2.StatusRequest(), metadata=md, timeout=timeout
+        )
+    except grpc.RpcError:
+        return None
+    st = from_proto(reply)
+    if not st.enabled:
+        return None
+    events = [{"time": e.time, "kind": e.kind, "message": e.message} for e in st.events[-5:]]
+    return {"summary": st.summary(), "events": events}
 
 
 def actor_info(handle: Any) -> dict[str, Any] | None:
@@ -417,3 +442,26 @@ def cancel_tasks(predicate: Callable[[Any], bool], force: bool = False) -> int:
     for tid in ids:
         client.submitter.cancel(bytes.fromhex(tid), force)
     return len(ids)
+
+
+def autoscaler_status(
+    address: str | None = None, token_file: str | None = None, *, after_seq: int = 0
+) -> Any:
+    """What the cluster's autoscaler is doing: node types, demand, decisions and the
+    scaling events after ``after_seq`` (an ``nbcluster.autoscaler.AutoscalerStatus``;
+    ``enabled`` is False when no autoscaler reports to the head).
+
+    Without ``address`` it asks the head of the current connection; with ``address`` and
+    ``token_file`` it reads any cluster's head without connecting a driver (any thread).
+    """
+    from nbcluster._runtime import proc
+    from nbcluster.autoscaler.status import read_status
+
+    if address is None:
+        client = context.require_client()
+        address, token = client.head_address, client.token  # type: ignore[attr-defined]
+    else:
+        if token_file is None:
+            raise ValueError("autoscaler_status(address=...) needs token_file= as well")
+        token = proc.read_token(token_file)
+    return read_status(address, token, after_seq=after_seq)

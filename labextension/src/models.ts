@@ -44,6 +44,15 @@ export interface ILoadModel {
   tasks_running: number | null;
   tasks_queued: number | null;
   time: number;
+  autoscaler: string | null;
+  scaling_events: IScalingEventModel[];
+}
+
+/** One autoscaler event in a load reply (`ScalingEventModel`). */
+export interface IScalingEventModel {
+  time: number;
+  kind: string;
+  message: string;
 }
 
 /** `POST /nbcluster/api/clusters/<id>/connect-code` (`ConnectCodeModel`). */
@@ -143,6 +152,16 @@ const LOAD_NUMBERS: readonly (keyof ILoadModel)[] = [
   'tasks_queued'
 ];
 
+/** Runtime check of one entry of `ILoadModel.scaling_events`. */
+export function isScalingEventModel(value: unknown): value is IScalingEventModel {
+  return (
+    isObject(value) &&
+    typeof value.time === 'number' &&
+    typeof value.kind === 'string' &&
+    typeof value.message === 'string'
+  );
+}
+
 /** Runtime check of a server reply against `ILoadModel`. */
 export function isLoadModel(value: unknown): value is ILoadModel {
   return (
@@ -151,8 +170,29 @@ export function isLoadModel(value: unknown): value is ILoadModel {
     typeof value.address === 'string' &&
     (value.source === 'head' || value.source === 'none') &&
     typeof value.time === 'number' &&
-    LOAD_NUMBERS.every(key => isNumOrNull(value[key]))
+    LOAD_NUMBERS.every(key => isNumOrNull(value[key])) &&
+    isStrOrNull(value.autoscaler) &&
+    Array.isArray(value.scaling_events) &&
+    value.scaling_events.every(isScalingEventModel)
   );
+}
+
+/** The autoscaler line of a cluster card, or null when the cluster has no autoscaler. */
+export function autoscalerText(load: ILoadModel | null): string | null {
+  return load === null ? null : load.autoscaler;
+}
+
+/** The card's recent scaling events, newest first: `"12:03:04 launch: launching 1 x cpu2"`. */
+export function scalingEventLines(load: ILoadModel | null): string[] {
+  if (load === null) {
+    return [];
+  }
+  return [...load.scaling_events].reverse().map(e => {
+    const t = new Date(e.time * 1000);
+    const pad = (n: number): string => String(n).padStart(2, '0');
+    const stamp = `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}`;
+    return `${stamp} ${e.kind}: ${e.message}`;
+  });
 }
 
 /** Runtime check of a server reply against `IConnectCodeModel`. */

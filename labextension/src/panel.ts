@@ -11,12 +11,14 @@ import { Widget } from '@lumino/widgets';
 import {
   IClusterModel,
   ILoadModel,
+  autoscalerText,
   cpuText,
   formatAmount,
   fraction,
   originLabel,
   parseScaleForm,
   parseStartForm,
+  scalingEventLines,
   storeText,
   tasksText
 } from './models';
@@ -81,6 +83,9 @@ class ClusterCard {
     this._store = this._stat(stats, 'Store', 'nbcluster-store');
     this._tasks = this._stat(stats, 'Tasks', 'nbcluster-tasks');
     this._tasksLabel = this._tasks.previousElementSibling as HTMLElement;
+    this._autoscaler = this._stat(stats, 'Autoscaler', 'nbcluster-autoscaler');
+    this._autoscalerLabel = this._autoscaler.previousElementSibling as HTMLElement;
+    this._events = el('ul', 'nbcluster-scaling-events');
     this._cpuBar = el('div', 'nbcluster-bar-fill');
     const bar = el('div', 'nbcluster-bar');
     bar.append(this._cpuBar);
@@ -116,7 +121,7 @@ class ClusterCard {
     });
     actions.append(this._stop);
 
-    this.node.append(head, stats, bar, actions);
+    this.node.append(head, stats, bar, this._events, actions);
     this.update(cluster, null);
   }
 
@@ -133,6 +138,13 @@ class ClusterCard {
     this._tasks.textContent = tasks ?? '';
     this._tasks.style.display = tasks === null ? 'none' : '';
     this._tasksLabel.style.display = tasks === null ? 'none' : '';
+    const scaling = autoscalerText(load);
+    this._autoscaler.textContent = scaling ?? '';
+    this._autoscaler.style.display = scaling === null ? 'none' : '';
+    this._autoscalerLabel.style.display = scaling === null ? 'none' : '';
+    this._events.replaceChildren(
+      ...scalingEventLines(load).map(line => el('li', 'nbcluster-scaling-event', line))
+    );
     const f = load === null ? null : fraction(load.cpu_used, load.cpu_total);
     this._cpuBar.style.width = `${Math.round((f ?? 0) * 100)}%`;
     this._scaleBox.style.display = cluster.can_scale ? '' : 'none';
@@ -156,6 +168,9 @@ class ClusterCard {
   private _store: HTMLElement;
   private _tasks: HTMLElement;
   private _tasksLabel: HTMLElement;
+  private _autoscaler: HTMLElement;
+  private _autoscalerLabel: HTMLElement;
+  private _events: HTMLUListElement;
   private _cpuBar: HTMLElement;
   private _scaleBox: HTMLElement;
   private _scaleInput: HTMLInputElement;

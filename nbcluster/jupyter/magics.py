@@ -3,7 +3,7 @@
 Load with ``%load_ext nbcluster``. Subcommands::
 
     %cluster start [--num-cpus N] [--num-gpus N] [--nodes K] [--object-store-memory SIZE]
-                   [--on-interrupt cancel|keep]
+                   [--max-nodes N [--idle-timeout SECONDS]] [--on-interrupt cancel|keep]
     %cluster connect ADDRESS|auto [--on-interrupt cancel|keep]
     %cluster status
     %cluster scale N
@@ -129,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--num-gpus", type=_amount, metavar="N", help="GPUs per node")
     start.add_argument("--nodes", type=_positive_int, default=1, metavar="K", help="node managers")
     start.add_argument(
+        "--max-nodes",
+        type=_positive_int,
+        metavar="N",
+        help="let the cluster grow to N nodes under load (autoscaling; idle nodes leave)",
+    )
+    start.add_argument(
+        "--idle-timeout",
+        type=_amount,
+        metavar="SECONDS",
+        help="with --max-nodes: seconds an added node may stay idle (default 60)",
+    )
+    start.add_argument(
         "--object-store-memory",
         type=parse_size,
         metavar="SIZE",
@@ -161,6 +173,20 @@ def build_parser() -> argparse.ArgumentParser:
         "widgets", help="show the live dashboard", description="Show the live dashboard."
     )
     return parser
+
+
+def _autoscale_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--max-nodes``/``--idle-timeout`` as config overrides for ``init()``."""
+    if args.max_nodes is None:
+        if args.idle_timeout is not None:
+            raise UsageError("%cluster start: --idle-timeout needs --max-nodes N (autoscaling)")
+        return {}
+    if args.max_nodes < args.nodes:
+        raise UsageError(
+            f"%cluster start: --max-nodes ({args.max_nodes}) must be at least --nodes ({args.nodes})"
+        )
+    idle = args.idle_timeout if args.idle_timeout is not None else 60.0
+    return {"autoscale_max_nodes": args.max_nodes, "autoscale_idle_timeout_s": float(idle)}
 
 
 def _add_on_interrupt(parser: argparse.ArgumentParser) -> None:
@@ -201,7 +227,7 @@ class ClusterMagics(Magics):
             view = self._attach(args.on_interrupt)
             given = [
                 name
-                for name in ("num_cpus", "num_gpus", "object_store_memory")
+                for name in ("num_cpus", "num_gpus", "object_store_memory", "max_nodes")
                 if getattr(args, name) is not None
             ] + (["nodes"] if args.nodes != 1 else [])
             if given:
@@ -218,13 +244,20 @@ class ClusterMagics(Magics):
             num_cpus=args.num_cpus,
             object_store_memory=args.object_store_memory or config.object_store_memory,
         )
+        autoscale = _autoscale_config(args)
         nbcluster.init(
             num_cpus=size["num_cpus"],
             num_gpus=args.num_gpus,
             object_store_memory=size["object_store_memory"],
             _nodes=args.nodes,
+            _system_config=autoscale or None,
         )
         print(size["message"])
+        if autoscale:
+            print(
+                f"nbcluster: autoscaling up to {args.max_nodes} nodes; a node added under load "
+                f"leaves after {autoscale['autoscale_idle_timeout_s']:g}s idle"
+            )
         return self._attach(args.on_interrupt)
 
     def _connect(self, args: argparse.Namespace) -> ClusterView:

@@ -41,6 +41,7 @@ EXPECTED = [
     "06_placement_groups_and_scheduling",
     "07_fault_tolerance",
     "08_multi_node",
+    "14_autoscaling",
 ]
 
 #: A run longer than this fails (the acceptance bound is 60 s; slack for slow CI machines).
@@ -247,6 +248,30 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         ],
         "check-stop": [STOPPED],
     },
+    "14_autoscaling": {
+        "check-start": [
+            STARTED,
+            r"^nbcluster: autoscaling up to 3 nodes; a node added under load leaves after 3s idle$",
+        ],
+        "check-autoscaler-widget": [WIDGET, r"Autoscaler"],
+        "check-resources-widget": [WIDGET],
+        "check-grow": [r"^the cluster grew to 3 nodes$", r"^the work ran on more than one node: True$"],
+        "check-events": [
+            r"^ +launch: launching [12] x worker for \d+ x \{CPU: 1\} queued$",
+            r"^ +joined: node local-worker-[0-9a-f]{6} \(worker\) joined after [\d.]+s$",
+        ],
+        "check-shrink": [
+            r"^back to 1 node$",
+            r"^removed 2 nodes, for example: idle for \d+s \(idle timeout 3s\)$",
+        ],
+        "check-request": [r"^nodes after request_resources\(num_cpus=3\): 3$"],
+        "check-infeasible": [
+            r"^\d+ request\(s\) for \{CPU: 1, GPU: 1\}: no node type can ever hold "
+            r"\{CPU: 1, GPU: 1\} \(node types: worker \{CPU: 1\}\)",
+        ],
+        "check-summary": [r"^autoscaler \(local\): \d+ running, \d+ launching, max 2; \d+ queued"],
+        "check-stop": [STOPPED],
+    },
 }
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -338,6 +363,8 @@ def test_notebook_starts_and_stops_a_cluster(name):
     assert len(first) == 2, first
     if name == "08_multi_node":
         assert "--nodes 3" in first[1]
+    elif name == "14_autoscaling":
+        assert "--max-nodes 3" in first[1]
     else:
         assert first[1] == "%cluster start --num-cpus 2"
     assert cells[-1].source.strip() == "%cluster stop"

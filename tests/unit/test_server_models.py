@@ -171,7 +171,20 @@ def test_load_from_head_status() -> None:
         "tasks_running": None,
         "tasks_queued": None,
         "time": 5.0,
+        "autoscaler": None,
+        "scaling_events": [],
     }
+
+
+def test_load_carries_the_autoscalers_summary_and_events() -> None:
+    events = [{"time": float(i), "kind": "launch", "message": f"m{i}"} for i in range(7)]
+    info = {"summary": "autoscaler (local): 1 running", "events": events}
+    load = status.load_from_status("x", {**HEAD_STATUS, "autoscaler": info})
+    assert load["autoscaler"] == "autoscaler (local): 1 running"
+    assert [e["message"] for e in load["scaling_events"]] == ["m2", "m3", "m4", "m5", "m6"]
+    bad = {"summary": 3, "events": [{"kind": "x"}, "nonsense"]}
+    load = status.load_from_status("x", {**HEAD_STATUS, "autoscaler": bad})
+    assert load["autoscaler"] is None and load["scaling_events"] == []
 
 
 def test_load_reports_tasks_when_the_head_does() -> None:
@@ -203,9 +216,10 @@ def test_unknown_load_is_all_none() -> None:
     numbers = [
         k
         for k in models.LoadModel.__annotations__
-        if k not in ("cluster_id", "address", "source", "time")
+        if k not in ("cluster_id", "address", "source", "time", "scaling_events")
     ]
     assert all(load[k] is None for k in numbers)  # type: ignore[literal-required]
+    assert load["scaling_events"] == []
 
 
 # -- TypeScript mirror ------------------------------------------------------------------------
@@ -214,6 +228,7 @@ MIRRORED = [
     models.ClusterModel,
     models.ClusterListModel,
     models.LoadModel,
+    models.ScalingEventModel,
     models.ConnectCodeModel,
     models.ErrorModel,
     models.StartRequest,

@@ -10,6 +10,8 @@ import {
   isClusterModel,
   isConnectCodeModel,
   isLoadModel,
+  autoscalerText,
+  scalingEventLines,
   isValidAddress,
   originLabel,
   parseScaleForm,
@@ -52,6 +54,8 @@ function load(overrides: Partial<ILoadModel> = {}): ILoadModel {
     tasks_running: null,
     tasks_queued: null,
     time: 1700000000,
+    autoscaler: null,
+    scaling_events: [],
     ...overrides
   };
 }
@@ -82,6 +86,11 @@ describe('runtime checks of server replies', () => {
     expect(isLoadModel(load({ source: 'local' as never }))).toBe(false);
     expect(isLoadModel(load({ cpu_used: 'x' as never }))).toBe(false);
     expect(isLoadModel({ ...load(), time: undefined })).toBe(false);
+    const event = { time: 1700000000, kind: 'launch', message: 'launching 1 x cpu2' };
+    expect(isLoadModel(load({ autoscaler: 'autoscaler (local): 1 running', scaling_events: [event] }))).toBe(true);
+    expect(isLoadModel({ ...load(), scaling_events: undefined })).toBe(false);
+    expect(isLoadModel(load({ scaling_events: [{ ...event, time: 'x' as never }] }))).toBe(false);
+    expect(isLoadModel(load({ autoscaler: 3 as never }))).toBe(false);
     expect(isConnectCodeModel({ cluster_id: 'a', address: 'b', code: 'c' })).toBe(true);
     expect(isConnectCodeModel({ cluster_id: 'a', address: 'b' })).toBe(false);
   });
@@ -215,5 +224,23 @@ describe('pickCluster: the active kernel’s cluster', () => {
     expect(pickCluster([], 'k1', new Map(), null)).toBeNull();
     expect(pickCluster([a, c], null, new Map(), null)).toBeNull();
     expect(pickCluster([a, c], null, new Map(), 'gone')).toBeNull();
+  });
+});
+
+describe('the autoscaler on a cluster card', () => {
+  it('shows the summary and the events, newest first', () => {
+    expect(autoscalerText(null)).toBeNull();
+    expect(autoscalerText(load())).toBeNull();
+    const events = [
+      { time: new Date(2026, 0, 1, 12, 3, 4).getTime() / 1000, kind: 'launch', message: 'launching 1 x cpu2' },
+      { time: new Date(2026, 0, 1, 12, 3, 6).getTime() / 1000, kind: 'joined', message: 'node a joined' }
+    ];
+    const l = load({ autoscaler: 'autoscaler (local): 1 running', scaling_events: events });
+    expect(autoscalerText(l)).toBe('autoscaler (local): 1 running');
+    expect(scalingEventLines(l)).toEqual([
+      '12:03:06 joined: node a joined',
+      '12:03:04 launch: launching 1 x cpu2'
+    ]);
+    expect(scalingEventLines(null)).toEqual([]);
   });
 });

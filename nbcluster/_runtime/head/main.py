@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.head.autoscaling import AutoscalingService
 from nbcluster._runtime.head.relay import ClientRelay
 from nbcluster._runtime.head.service import HeadService, HeadStore
 from nbcluster._runtime.head.state import HeadState
@@ -47,6 +48,8 @@ async def serve(args: argparse.Namespace) -> None:
     )
     server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
     pb_grpc.add_HeadServicer_to_server(service, server)
+    autoscaling = AutoscalingService(state, service.placement, token, store.kv_put)
+    autoscaling.register(server)
     service.recover()
     port = bind(server, args.host, args.port)
     relay = ClientRelay(session_dir, args.token_file, token, f"{args.host}:{port}")
@@ -80,6 +83,7 @@ async def serve(args: argparse.Namespace) -> None:
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:
         await service.stop_nodes()
     await relay.close()
+    await autoscaling.close()
     await server.stop(grace=0.5)
     store.close()
     log.info("head stopped")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.node import autoscaling
 from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
@@ -106,6 +107,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         on_exit=service.worker_exited,
     )
     pb_grpc.add_NodeManagerServicer_to_server(service, server)
+    load_reporter = autoscaling.start(service, server, token)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
     if not file_backed:  # allocate a few reusable files in the background
@@ -147,6 +149,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     if args.parent_fd >= 0:
         proc.watch_parent(loop, args.parent_fd, stop.set)
     heartbeat = asyncio.create_task(link.run())
+    load_reports = asyncio.create_task(load_reporter.run(head_address))
     monitor = None
     if config.memory_monitor_interval_s > 0:
         monitor = asyncio.create_task(
@@ -155,10 +158,11 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     log.info("node %s serving on %s with %s", node_id.hex()[:8], address, resources)
     await stop.wait()
     heartbeat.cancel()
+    load_reports.cancel()
     if monitor is not None:
         monitor.cancel()
     await service.workers.stop_all()
-    await link.unregister()
+    await link.unregister(load_reporter.leave_reason())
     await server.stop(grace=0.2)
     objstore.remove_store_dir(store_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)

@@ -178,6 +178,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.granted: dict[bytes, pb.LeaseReply] = {}
         self.fetched_bytes = 0
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
+        # Told about lease requests answered INFEASIBLE (autoscaling demand; node/autoscaling.py).
+        self.on_infeasible: Callable[[dict[str, float], str], None] | None = None
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -278,11 +280,14 @@ class NodeService(pb_grpc.NodeManagerServicer):
             )
         )
         try:
-            return await fut
+            reply = await fut
         except asyncio.CancelledError:
             self.waiters.pop(rid, None)
             self.apply(self.state.cancel_request(rid))
             raise
+        if reply.status == pb.LeaseReply.INFEASIBLE and self.on_infeasible is not None:
+            self.on_infeasible(dict(request.resources), request.owner_address)
+        return reply
 
     async def CancelWorkerLease(
         self, request: pb.CancelLeaseRequest, context: grpc.aio.ServicerContext
@@ -682,9 +687,9 @@ class HeadLink:
             ]
             self.service.apply(st.update_cluster_view(view))
 
-    async def unregister(self) -> None:
+    async def unregister(self, reason: str = "node stopped") -> None:
         with contextlib.suppress(RpcError):
             await self.stub.UnregisterNode(
-                pb.NodeRef(node_id=self.service.state.node_id, reason="node stopped"), timeout=2
+                pb.NodeRef(node_id=self.service.state.node_id, reason=reason), timeout=2
             )
         await self.channel.close()

@@ -26,6 +26,7 @@ __all__ = [
     "LoadModel",
     "Origin",
     "ScaleRequest",
+    "ScalingEventModel",
     "StartRequest",
     "connect_code",
     "parse_address_request",
@@ -79,6 +80,15 @@ class ClusterListModel(TypedDict):
     clusters: list[ClusterModel]
 
 
+class ScalingEventModel(TypedDict):
+    """One autoscaler event in a :class:`LoadModel` (launch, joined, removed, ...)."""
+
+    #: Seconds since the epoch.
+    time: float
+    kind: str
+    message: str
+
+
 class LoadModel(TypedDict):
     """``GET /nbcluster/api/clusters/<id>/load``: the cluster's load right now.
 
@@ -101,6 +111,10 @@ class LoadModel(TypedDict):
     tasks_queued: int | None
     #: Seconds since the epoch when the numbers were read.
     time: float
+    #: The autoscaler in one line ("autoscaler (local): 2 running, ..."); None without one.
+    autoscaler: str | None
+    #: Its latest events, oldest first (at most 5).
+    scaling_events: list[ScalingEventModel]
 
 
 class ConnectCodeModel(TypedDict):

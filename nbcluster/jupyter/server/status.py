@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NotRequired, TypedDict
 
-from nbcluster.jupyter.server.models import LoadModel
+from nbcluster.jupyter.server.models import LoadModel, ScalingEventModel
 
 __all__ = [
     "HeadStatus",
@@ -56,6 +56,9 @@ class HeadStatus(TypedDict):
     pending_leases: NotRequired[int]
     #: Tasks executing right now, when the head reports it.
     running_tasks: NotRequired[int]
+    #: The autoscaler: ``{"summary": str, "events": [{"time", "kind", "message"}]}``, or
+    #: None when the cluster has none.
+    autoscaler: NotRequired[dict[str, Any] | None]
 
 
 StatusReader = Callable[[str, "str | os.PathLike[str]"], Mapping[str, Any]]
@@ -96,7 +99,31 @@ def load_from_status(
         tasks_running=_whole(status.get("running_tasks")),
         tasks_queued=_whole(status.get("pending_leases")),
         time=time.time() if now is None else now,
+        autoscaler=_autoscaler_text(status.get("autoscaler")),
+        scaling_events=_scaling_events(status.get("autoscaler")),
     )
+
+
+def _autoscaler_text(info: Any) -> str | None:
+    if not isinstance(info, Mapping) or not isinstance(info.get("summary"), str):
+        return None
+    return str(info["summary"])
+
+
+def _scaling_events(info: Any) -> list[ScalingEventModel]:
+    if not isinstance(info, Mapping) or not isinstance(info.get("events"), list):
+        return []
+    out: list[ScalingEventModel] = []
+    for e in info["events"][-5:]:
+        if isinstance(e, Mapping) and _num(e.get("time")) is not None:
+            out.append(
+                ScalingEventModel(
+                    time=float(e["time"]),
+                    kind=str(e.get("kind", "")),
+                    message=str(e.get("message", "")),
+                )
+            )
+    return out
 
 
 def unknown_load(cluster_id: str, address: str) -> LoadModel:
@@ -115,6 +142,8 @@ def unknown_load(cluster_id: str, address: str) -> LoadModel:
         tasks_running=None,
         tasks_queued=None,
         time=time.time(),
+        autoscaler=None,
+        scaling_events=[],
     )
 
 

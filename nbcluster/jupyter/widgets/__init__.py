@@ -12,9 +12,12 @@ repr, so it reads well where widgets do not render.
   notebook owns with the variables that hold them.
 - :class:`DAGView` — the tasks behind some refs as a graph, coloured by state.
 - :func:`progress` — a progress bar for many refs (returns a :class:`Progress` handle).
-- :func:`dashboard` — Timeline, Resources and ObjectStore in tabs (``%cluster widgets``).
+- :class:`Autoscaler` — nodes and pending demand over time, with the scaling events.
+- :func:`dashboard` — Timeline, Resources and ObjectStore in tabs (``%cluster widgets``),
+  plus Autoscaler when the cluster has one.
 """
 
+from nbcluster.jupyter.widgets._autoscaler import Autoscaler
 from nbcluster.jupyter.widgets._dag import DAGView
 from nbcluster.jupyter.widgets._dashboard import Dashboard, dashboard
 from nbcluster.jupyter.widgets._objects import ObjectStore, find_ref_names
@@ -23,6 +26,7 @@ from nbcluster.jupyter.widgets._resources import Resources
 from nbcluster.jupyter.widgets._timeline import Timeline
 
 __all__ = [
+    "Autoscaler",
     "DAGView",
     "Dashboard",
     "ObjectStore",

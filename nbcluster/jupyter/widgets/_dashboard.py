@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbcluster.jupyter.widgets._autoscaler import Autoscaler, has_autoscaler
 from nbcluster.jupyter.widgets._feed import Feed
 from nbcluster.jupyter.widgets._objects import ObjectStore
 from nbcluster.jupyter.widgets._resources import Resources
@@ -13,7 +14,8 @@ __all__ = ["Dashboard", "dashboard"]
 
 
 class Dashboard:
-    """Tabs with a :class:`Timeline`, :class:`Resources` and :class:`ObjectStore`.
+    """Tabs with a :class:`Timeline`, :class:`Resources`, :class:`ObjectStore` and, when the
+    cluster autoscales, an :class:`Autoscaler`.
 
     ``.widget`` is the ``ipywidgets.Tab``; the three live widgets are the attributes
     ``timeline``, ``resources`` and ``objects``. ``close()`` closes all of them.
@@ -26,10 +28,15 @@ class Dashboard:
         self.timeline = Timeline(feed=feed)
         self.resources = Resources(feed=feed)
         self.objects = ObjectStore(feed=feed)
-        self.widget: Any = ipywidgets.Tab(
-            children=[self.timeline.widget, self.resources.widget, self.objects.widget],
-            titles=("Timeline", "Resources", "Object store"),
-        )
+        parts: list[Any] = [self.timeline, self.resources, self.objects]
+        titles = ["Timeline", "Resources", "Object store"]
+        self.autoscaler: Autoscaler | None = None
+        if has_autoscaler():
+            self.autoscaler = Autoscaler(feed=feed)
+            parts.append(self.autoscaler)
+            titles.append("Autoscaler")
+        self._parts = parts
+        self.widget: Any = ipywidgets.Tab(children=[p.widget for p in parts], titles=tuple(titles))
         self.widget.observe(self._on_comm_change, names="comm")
 
     def _on_comm_change(self, change: dict[str, Any]) -> None:
@@ -41,7 +48,7 @@ class Dashboard:
         if self._closed:
             return
         self._closed = True
-        for part in (self.timeline, self.resources, self.objects):
+        for part in self._parts:
             part.close()
         self.widget.close()
 
@@ -54,7 +61,7 @@ class Dashboard:
         return data
 
     def __repr__(self) -> str:
-        return "\n".join(repr(p) for p in (self.timeline, self.resources, self.objects))
+        return "\n".join(repr(p) for p in self._parts)
 
 
 def dashboard(*, feed: Feed | None = None) -> Dashboard:
