@@ -11,12 +11,19 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 
+from nbcluster._runtime.node.agent_service import (
+    prepare_worker_env,
+    remember_env,
+    worker_env_json,
+)
 from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
@@ -30,6 +37,7 @@ from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
+from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
 from nbcluster._runtime.scheduling.policy import NodeView
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,7 @@ _STATUS = {
     "SPILLBACK": pb.LeaseReply.SPILLBACK,
     "INFEASIBLE": pb.LeaseReply.INFEASIBLE,
     "CANCELLED": pb.LeaseReply.CANCELLED,
+    "RUNTIME_ENV_FAILED": pb.LeaseReply.RUNTIME_ENV_FAILED,
 }
 
 
@@ -65,6 +74,9 @@ class WorkerProcesses:
         self.exit_info: dict[bytes, tuple[int, str]] = {}
         self.exited = asyncio.Event()
         self.oom_details: dict[bytes, str] = {}
+        # runtime_env: workers started from a virtual environment's python (not the zygote)
+        self.python_worker_env: dict[str, str] = {}
+        self.death_pipes: dict[bytes, int] = {}
         os.set_blocking(zygote.ev_r, False)
         asyncio.get_running_loop().add_reader(zygote.ev_r, self._on_events)
 
@@ -88,28 +100,79 @@ class WorkerProcesses:
                 if wid in self.kill_on_start:
                     self.kill(wid, self.kill_on_start.pop(wid))
             elif ev[0] == "exit":
-                pid, status = int(ev[1]), int(ev[2])
-                wid = self.by_pid.pop(pid, None)
-                if wid is None:
-                    continue
-                self.pids.pop(wid, None)
-                code = decode_status(status)
-                if code < 0:
-                    try:
-                        name = signal.Signals(-code).name
-                    except ValueError:
-                        name = f"signal {-code}"
-                    detail = f"worker process (pid {pid}) was killed by {name}"
-                    if wid in self.oom_details:
-                        detail = f"worker process (pid {pid}) was {self.oom_details.pop(wid)}"
-                else:
-                    detail = f"worker process (pid {pid}) exited with code {code}"
-                self.exit_info[wid] = (code, detail)
-                self.exited.set()
-                self.on_exit(wid, code)
+                self._exited(int(ev[1]), decode_status(int(ev[2])))
             elif ev[0] == "zygote-exited":
                 asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
                 log.error("the worker fork server exited")
+
+    def start_python(self, worker_id: bytes, python: str) -> None:
+        """Start a worker with another interpreter (a runtime_env's virtual environment).
+
+        Such a worker is not forked from the zygote: it is a new process of ``python``,
+        with a parent-death pipe of its own, and a thread waits for its exit.
+        """
+        log_path = self.session_dir / "logs" / f"worker-{worker_id.hex()[:8]}.log"
+        death_r, death_w = os.pipe()
+        env = {
+            **os.environ,
+            **self.python_worker_env,
+            "NBCLUSTER_WORKER_ID": worker_id.hex(),
+            "NBCLUSTER_NODE_ADDRESS": self.node_address,
+            "NBCLUSTER_PARENT_FD": str(death_r),
+        }
+        try:
+            with open(log_path, "ab") as out:
+                p = subprocess.Popen(
+                    [python, "-m", "nbcluster._runtime.worker.main", "--session-dir",
+                     str(self.session_dir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    env=env,
+                    pass_fds=(death_r,),
+                )
+        except BaseException:
+            os.close(death_w)
+            raise
+        finally:
+            os.close(death_r)
+        self.death_pipes[worker_id] = death_w
+        self.pids[worker_id] = p.pid
+        self.by_pid[p.pid] = worker_id
+        loop = asyncio.get_running_loop()
+
+        def wait() -> None:
+            code = p.wait()
+            loop.call_soon_threadsafe(self._python_exited, worker_id, p.pid, code)
+
+        threading.Thread(target=wait, name="venv-worker-wait", daemon=True).start()
+
+    def _python_exited(self, worker_id: bytes, pid: int, code: int) -> None:
+        fd = self.death_pipes.pop(worker_id, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._exited(pid, code)
+
+    def _exited(self, pid: int, code: int) -> None:
+        """A worker process ended (``code`` negative for a signal)."""
+        wid = self.by_pid.pop(pid, None)
+        if wid is None:
+            return
+        self.pids.pop(wid, None)
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = f"worker process (pid {pid}) was killed by {name}"
+            if wid in self.oom_details:
+                detail = f"worker process (pid {pid}) was {self.oom_details.pop(wid)}"
+        else:
+            detail = f"worker process (pid {pid}) exited with code {code}"
+        self.exit_info[wid] = (code, detail)
+        self.exited.set()
+        self.on_exit(wid, code)
 
     def kill(self, worker_id: bytes, force: bool = True) -> None:
         pid = self.pids.get(worker_id)
@@ -178,6 +241,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.granted: dict[bytes, pb.LeaseReply] = {}
         self.fetched_bytes = 0
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
+        self.agent: RuntimeEnvAgent | None = None  # set by main: runtime_env setup and cache
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -215,15 +279,25 @@ class NodeService(pb_grpc.NodeManagerServicer):
                     )
             elif isinstance(ins, StartWorker):
                 assert self.workers is not None
-                loop.create_task(self._start_worker(ins.worker_id))
+                loop.create_task(self._start_worker(ins.worker_id, ins.env))
             elif isinstance(ins, KillWorker):
                 assert self.workers is not None
                 self.workers.kill(ins.worker_id)
 
-    async def _start_worker(self, worker_id: bytes) -> None:
+    async def _start_worker(self, worker_id: bytes, env: str = "") -> None:
         assert self.workers is not None
+        python = ""
+        if env:  # set up the runtime_env first (cached after the first worker)
+            try:
+                python = await prepare_worker_env(self, env)
+            except Exception as err:  # noqa: BLE001 - the env's requests fail with the reason
+                self.apply(self.state.worker_start_failed(worker_id, str(err)))
+                return
         try:
-            await self.workers.start(worker_id)
+            if python:
+                self.workers.start_python(worker_id, python)
+            else:
+                await self.workers.start(worker_id)
         except OSError:
             log.exception("could not start a worker")
             self.apply(self.state.worker_exited(worker_id))
@@ -275,6 +349,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
                 request.job_id,
                 strategy=request.strategy or "DEFAULT",
                 allow_spill=not request.no_spillback,
+                env=remember_env(self, request.runtime_env),
             )
         )
         try:
@@ -299,12 +374,14 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def RegisterWorker(
         self, request: pb.WorkerRegisterRequest, context: grpc.aio.ServicerContext
     ):
+        record = self.state.workers.get(request.worker_id)
         self.apply(self.state.worker_registered(request.worker_id, request.pid, request.address))
         return pb.WorkerRegisterReply(
             node_id=self.state.node_id,
             head_address=self.head_address,
             store_dir=self.store_dir,
             session_dir=self.session_dir,
+            runtime_env=worker_env_json(self, record.env if record is not None else ""),
         )
 
     async def NotifyBlocked(self, request: pb.BlockedRequest, context: grpc.aio.ServicerContext):
