@@ -24,12 +24,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-try:  # only used to check requirement strings early; pip and uv check them again anyway
-    from packaging.requirements import InvalidRequirement, Requirement
-except ImportError:  # pragma: no cover - packaging ships with pip in practice
-    Requirement = None  # type: ignore[assignment,misc]
-    InvalidRequirement = ValueError  # type: ignore[assignment,misc]
-
 __all__ = [
     "DEFAULT_SETUP_TIMEOUT_S",
     "KNOWN_KEYS",
@@ -149,8 +143,12 @@ def _check_pip(key: str, value: object) -> dict[str, Any] | str:
         raise RuntimeEnvError(
             f"runtime_env[{key!r}] is an empty list; leave it out when nothing needs installing"
         )
+    try:  # only to catch typos early; pip and uv check the requirements again anyway
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # pragma: no cover - packaging ships with pip in practice
+        return {"packages": packages_list, "install_options": options, "check": check}
     for req in packages_list:
-        if req.startswith("-") or Requirement is None:
+        if req.startswith("-"):
             continue  # an option line such as --index-url; pip/uv check it
         try:
             Requirement(req)
