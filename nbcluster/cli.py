@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from nbcluster import cli_job
+from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
 
 
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("stop", help="stop the clusters started with `nbcluster start` on this host")
     p.set_defaults(fn=cmd_stop)
     cli_job.add_subcommands(sub)  # nbcluster job ... (issue 17)
+    cli_state.add_subcommands(sub)  # nbcluster list / summary / get / logs (issue 17)
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

@@ -183,7 +183,8 @@ def _watch_setup(client: Any, env_json: str, context: Any) -> None:
             if lines:
                 show(f"ready after {time.monotonic() - start:.1f}s")
         except Exception as err:  # noqa: BLE001 - the task itself reports the failure
-            show(f"setup failed: {err}")
+            if not lines:
+                show(f"setup failed: {err}")
         finally:
             node.close()
 
