@@ -293,6 +293,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
             except Exception as err:  # noqa: BLE001 - the env's requests fail with the reason
                 self.apply(self.state.worker_start_failed(worker_id, str(err)))
                 return
+            if worker_id not in self.state.workers:  # dropped while its env was set up
+                return
         try:
             if python:
                 self.workers.start_python(worker_id, python)

@@ -227,7 +227,9 @@ class NodeState:
         w = self.workers.get(worker_id)
         if w is None or not w.env:
             return self.worker_exited(worker_id)
-        del self.workers[worker_id]
+        for wid, other in list(self.workers.items()):  # the same setup failed for them too
+            if other.env == w.env and other.state is WorkerState.STARTING:
+                del self.workers[wid]
         out: list[Instruction] = []
         for rid, req in list(self.pending.items()):
             if req.env == w.env:
