@@ -63,9 +63,7 @@ def test_entrypoint_is_a_driver_of_the_cluster_and_succeeds(jobs, tmp_path, wait
 
 
 def test_failing_entrypoint_is_failed_with_exit_code_and_last_lines(jobs, wait_job) -> None:
-    sid = jobs.submit_job(
-        entrypoint=f"{PY} -c \"print('about to fail'); import sys; sys.exit(3)\""
-    )
+    sid = jobs.submit_job(entrypoint=f"{PY} -c \"print('about to fail'); import sys; sys.exit(3)\"")
     assert wait_job(jobs, sid, {JobStatus.FAILED, JobStatus.SUCCEEDED}) == JobStatus.FAILED
     info = jobs.get_job_info(sid)
     assert info.driver_exit_code == 3 and info.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
@@ -81,7 +79,9 @@ def test_an_entrypoint_that_cannot_start_fails_with_the_reason(jobs, wait_job) -
     assert "no-such-command-xyz" in info.message and "sh -c" in info.message
 
 
-def test_bad_input_is_refused_and_leaves_nothing_behind(jobs, job_cluster, tmp_path, monkeypatch) -> None:
+def test_bad_input_is_refused_and_leaves_nothing_behind(
+    jobs, job_cluster, tmp_path, monkeypatch
+) -> None:
     before = {j.submission_id for j in jobs.list_jobs()}
     for call in (jobs.get_job_info, jobs.stop_job, jobs.delete_job, jobs.get_job_logs):
         with pytest.raises(RuntimeError, match=r"Job 'nope' does not exist"):
@@ -112,7 +112,9 @@ def test_bad_input_is_refused_and_leaves_nothing_behind(jobs, job_cluster, tmp_p
     assert len(packages) == 1 and packages[0].stat().st_size < 100_000
 
 
-def test_stop_ends_the_whole_process_group_within_5s(jobs, job_cluster, wait_job, alive_group) -> None:
+def test_stop_ends_the_whole_process_group_within_5s(
+    jobs, job_cluster, wait_job, alive_group
+) -> None:
     # The entrypoint ignores SIGTERM and has a child: only SIGKILL of the group ends both.
     code = (
         "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -168,7 +170,9 @@ def test_the_job_outlives_its_submitter(job_cluster, jobs, tmp_path, wait_job) -
     assert out.stdout.strip() == "outlives"  # the submitter has exited
     wait_job(jobs, "outlives", {JobStatus.RUNNING})
     flag.touch()
-    assert wait_job(jobs, "outlives", {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
+    assert (
+        wait_job(jobs, "outlives", {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
+    )
     assert "released" in jobs.get_job_logs("outlives")
 
 
@@ -219,7 +223,9 @@ def test_entrypoint_resources_are_held_while_it_runs(jobs, tmp_path, wait_job) -
     assert wait_job(jobs, second, {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
 
 
-def test_head_restart_while_a_job_runs_keeps_status_and_logs(job_cluster, tmp_path, wait_job) -> None:
+def test_head_restart_while_a_job_runs_keeps_status_and_logs(
+    job_cluster, tmp_path, wait_job
+) -> None:
     flag = tmp_path / "after-restart"
     script = _script(
         tmp_path,
@@ -281,7 +287,9 @@ def test_cli_submit_follows_logs_and_reports_the_outcome(job_cluster, tmp_path) 
     assert r.returncode == 0, r.stderr
     assert "Job 'cli-1' submitted successfully" in r.stdout and "hi from cli" in r.stdout
     assert "Job 'cli-1' succeeded" in r.stdout
-    r = cli("submit", "--no-wait", "--submission-id", "cli-2", "--", "sh", "-c", "echo oops; exit 4")
+    r = cli(
+        "submit", "--no-wait", "--submission-id", "cli-2", "--", "sh", "-c", "echo oops; exit 4"
+    )
     assert r.returncode == 0 and "nbcluster job logs cli-2 --follow" in r.stdout
     r = cli("logs", "cli-2", "--follow")
     assert "oops" in r.stdout
