@@ -160,12 +160,23 @@ class HeadJobsClient:
         return list(reply.files)
 
     def stream_log(
-        self, node_id: str, filename: str, *, follow: bool = False, tail_bytes: int = 0
+        self,
+        node_id: str,
+        filename: str,
+        *,
+        follow: bool = False,
+        tail_bytes: int = 0,
+        offset: int = 0,
     ) -> Iterator[jpb.LogChunk]:
-        """A log file's contents (``follow`` keeps streaming what is appended)."""
+        """A log file's contents from ``offset`` (or its last ``tail_bytes``); ``follow``
+        keeps streaming what is appended. The last chunk has ``eof`` and the end offset."""
         call = self._jobs.StreamLog(
             jpb.StreamLogRequest(
-                node_id=node_id, filename=filename, follow=follow, tail_bytes=tail_bytes
+                node_id=node_id,
+                filename=filename,
+                follow=follow,
+                tail_bytes=tail_bytes,
+                offset=offset,
             ),
             metadata=self._md,
             timeout=None if follow else self.timeout,

@@ -107,21 +107,19 @@ def get_log(
                 )
             node_id, filename = task.node_id, _worker_file(task.worker_id)
         assert filename is not None
-        tail_bytes = 0 if tail < 0 else max(tail, 1) * 400
-        chunks = (
-            c.data
-            for c in head.stream_log(node_id or "", filename, follow=follow, tail_bytes=tail_bytes)
-        )
-        if tail >= 0:
-            first = b""
-            for data in chunks:  # the tail part first, cut to whole lines
-                first += data
-                if not follow or len(first) >= tail_bytes:
-                    break
-            lines = first.splitlines(keepends=True)
+        node = node_id or ""
+        offset = 0
+        if tail >= 0:  # the last lines as of now, then (with follow) what is appended
+            data = b""
+            for chunk in head.stream_log(node, filename, tail_bytes=max(tail, 1) * 400):
+                data += chunk.data
+                offset = chunk.offset + len(chunk.data)
+            lines = data.splitlines(keepends=True)
             yield b"".join(lines[-tail:] if tail else []).decode(errors="replace")
-        for data in chunks:
-            if data:
-                yield data.decode(errors="replace")
+            if not follow:
+                return
+        for chunk in head.stream_log(node, filename, follow=follow, offset=offset):
+            if chunk.data:
+                yield chunk.data.decode(errors="replace")
     finally:
         head.close()
