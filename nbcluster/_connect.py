@@ -60,7 +60,19 @@ def resolve(address: str | None) -> tuple[str, str]:
     return address, token
 
 
-def connect(address: str | None, timeout: float = 30.0) -> HeadJobsClient:
-    """A blocking client of the head at ``address``."""
-    head, token = resolve(address)
-    return HeadJobsClient(head, token, timeout=timeout)
+def connect(address: str | None, timeout: float = 30.0, token: str | None = None) -> HeadJobsClient:
+    """A blocking client of the head at ``address`` (``token`` overrides the lookup)."""
+    if token:
+        if not address:
+            raise ValueError("an explicit token needs an explicit address")
+        return HeadJobsClient(resolve_address_only(address), token, timeout=timeout)
+    head, found = resolve(address)
+    return HeadJobsClient(head, found, timeout=timeout)
+
+
+def resolve_address_only(address: str) -> str:
+    """``address`` without its scheme."""
+    for scheme in ("nbcluster://", "http://", "https://"):
+        if address.startswith(scheme):
+            address = address[len(scheme) :].rstrip("/")
+    return address

@@ -33,11 +33,15 @@ class JobSubmissionClient:
 
     ``address``: ``"host:port"`` of the head, ``"nbcluster://host:port"``, ``"auto"``, or
     None (the cluster this process is connected to, else ``NBCLUSTER_ADDRESS``, else
-    ``"auto"``). The cluster token is read as for ``nbcluster.init()``.
+    ``"auto"``). The cluster token is read as for ``nbcluster.init()``, unless given as
+    ``token`` (nbcluster only). Ray's HTTP options (``headers``, ``cookies``, ...) are
+    accepted and ignored: the head's port speaks gRPC with the cluster token.
     """
 
-    def __init__(self, address: str | None = None, **_ray_http_options: Any) -> None:
-        self._head = _connect.connect(address)
+    def __init__(
+        self, address: str | None = None, *, token: str | None = None, **_ray_http_options: Any
+    ) -> None:
+        self._head = _connect.connect(address, token=token)
         self.address = self._head.address
         settings = RuntimeEnvSettings.from_env(Config.from_env().temp_dir)
         self._uploader = env_resolve.Uploader(
@@ -133,6 +137,18 @@ class JobSubmissionClient:
             return b"".join(c.data for c in self._head.job_logs(job_id)).decode(errors="replace")
         except LookupError as err:
             raise _runtime_error(err) from None
+
+    def read_job_logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
+        """What the job printed from byte ``offset`` on, and the offset to read from next."""
+        data = b""
+        end = offset
+        try:
+            for chunk in self._head.job_logs(job_id, offset=offset):
+                data += chunk.data
+                end = chunk.offset + len(chunk.data)
+        except LookupError as err:
+            raise _runtime_error(err) from None
+        return data.decode(errors="replace"), end
 
     def iter_job_logs(self, job_id: str, offset: int = 0) -> Iterator[str]:
         """The job's output as it is written, until the job has ended (blocking)."""
