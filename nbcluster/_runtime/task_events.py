@@ -27,11 +27,16 @@ _MAX_MESSAGE = 2000
 
 def error_info(error: BaseException) -> tuple[str, str]:
     """(error type, message) of a task's failure, as the state API shows them."""
-    cause = getattr(error, "cause", None)
-    name = type(cause).__name__ if isinstance(cause, BaseException) else type(error).__name__
     if type(error).__name__ == "TaskCancelledError":
         return "TASK_CANCELLED", str(error)[:_MAX_MESSAGE]
-    return "TASK_EXECUTION_EXCEPTION", f"{name}: {error}"[:_MAX_MESSAGE]
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException):  # a TaskError: the user's exception, then where
+        text = f"{type(cause).__name__}: {cause}"
+        tb = getattr(error, "traceback_str", "")
+        if tb:
+            text += f"\n{tb}"
+        return "TASK_EXECUTION_EXCEPTION", text[:_MAX_MESSAGE]
+    return "TASK_EXECUTION_EXCEPTION", f"{type(error).__name__}: {error}"[:_MAX_MESSAGE]
 
 
 class _Buffer:
