@@ -11,8 +11,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +36,7 @@ from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
+from nbcluster._runtime.runtime_env.venv_zygote import VenvZygote
 from nbcluster._runtime.scheduling.policy import NodeView
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class WorkerProcesses:
         self.oom_details: dict[bytes, str] = {}
         # runtime_env: workers started from a virtual environment's python (not the zygote)
         self.python_worker_env: dict[str, str] = {}
-        self.death_pipes: dict[bytes, int] = {}
+        self.venv_zygotes: dict[str, VenvZygote] = {}
         os.set_blocking(zygote.ev_r, False)
         asyncio.get_running_loop().add_reader(zygote.ev_r, self._on_events)
 
@@ -90,8 +89,9 @@ class WorkerProcesses:
         self.starting.add(worker_id)
         self.zygote.spawn(worker_id, self.node_address, str(log_path))
 
-    def _on_events(self) -> None:
-        for ev in self.zygote.read_events():
+    def _on_events(self, source: Zygote | VenvZygote | None = None) -> None:
+        zyg = source or self.zygote
+        for ev in zyg.read_events():
             if ev[0] == "pid":
                 wid, pid = bytes.fromhex(ev[1]), int(ev[2])
                 self.starting.discard(wid)
@@ -102,57 +102,34 @@ class WorkerProcesses:
             elif ev[0] == "exit":
                 self._exited(int(ev[1]), decode_status(int(ev[2])))
             elif ev[0] == "zygote-exited":
-                asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
-                log.error("the worker fork server exited")
+                asyncio.get_running_loop().remove_reader(zyg.ev_r)
+                if isinstance(zyg, VenvZygote):  # started again on the next request
+                    self.venv_zygotes.pop(zyg.python, None)
+                    zyg.close()
+                else:
+                    log.error("the worker fork server exited")
 
     def start_python(self, worker_id: bytes, python: str) -> None:
-        """Start a worker with another interpreter (a runtime_env's virtual environment).
+        """Start a worker with another interpreter (a pip runtime_env's virtual environment).
 
-        Such a worker is not forked from the zygote: it is a new process of ``python``,
-        with a parent-death pipe of its own, and a thread waits for its exit.
+        Such workers are forked by a fork server of their own running that interpreter
+        (started on first use, then kept: later workers start in milliseconds).
         """
+        vz = self.venv_zygotes.get(python)
+        if vz is None:
+            vz = VenvZygote(
+                python,
+                self.python_worker_env,
+                self.session_dir
+                / "logs"
+                / f"venv-zygote-{os.path.basename(os.path.dirname(os.path.dirname(python)))}.log",
+            )
+            self.venv_zygotes[python] = vz
+            os.set_blocking(vz.ev_r, False)
+            asyncio.get_running_loop().add_reader(vz.ev_r, self._on_events, vz)
         log_path = self.session_dir / "logs" / f"worker-{worker_id.hex()[:8]}.log"
-        death_r, death_w = os.pipe()
-        env = {
-            **os.environ,
-            **self.python_worker_env,
-            "NBCLUSTER_WORKER_ID": worker_id.hex(),
-            "NBCLUSTER_NODE_ADDRESS": self.node_address,
-            "NBCLUSTER_PARENT_FD": str(death_r),
-        }
-        try:
-            with open(log_path, "ab") as out:
-                p = subprocess.Popen(
-                    [python, "-m", "nbcluster._runtime.worker.main", "--session-dir",
-                     str(self.session_dir)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    env=env,
-                    pass_fds=(death_r,),
-                )
-        except BaseException:
-            os.close(death_w)
-            raise
-        finally:
-            os.close(death_r)
-        self.death_pipes[worker_id] = death_w
-        self.pids[worker_id] = p.pid
-        self.by_pid[p.pid] = worker_id
-        loop = asyncio.get_running_loop()
-
-        def wait() -> None:
-            code = p.wait()
-            loop.call_soon_threadsafe(self._python_exited, worker_id, p.pid, code)
-
-        threading.Thread(target=wait, name="venv-worker-wait", daemon=True).start()
-
-    def _python_exited(self, worker_id: bytes, pid: int, code: int) -> None:
-        fd = self.death_pipes.pop(worker_id, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._exited(pid, code)
+        self.starting.add(worker_id)
+        vz.spawn(worker_id, self.node_address, str(log_path))
 
     def _exited(self, pid: int, code: int) -> None:
         """A worker process ended (``code`` negative for a signal)."""
@@ -206,6 +183,11 @@ class WorkerProcesses:
         with contextlib.suppress(Exception):
             asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
         self.zygote.close()
+        for vz in list(self.venv_zygotes.values()):
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(vz.ev_r)
+            vz.close()
+        self.venv_zygotes.clear()
 
 
 class NodeService(pb_grpc.NodeManagerServicer):
