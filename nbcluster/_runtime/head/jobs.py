@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nbcluster._runtime.jobs import logfiles
+from nbcluster._runtime.jobs.launcher import Launcher, process_start
 from nbcluster._runtime.jobs.state import FAILED, STOPPED, JobTable, Submission
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 
@@ -55,6 +56,7 @@ def details(job: Submission) -> jpb.JobDetails:
         driver_exit_code=job.exit_code,
         job_id=job.job_id,
         supervisor_pid=job.supervisor_pid,
+        supervisor_start=job.supervisor_start,
         driver_pid=job.driver_pid,
         error_type=job.error_type,
         entrypoint_num_cpus=job.entrypoint_num_cpus,
@@ -86,6 +88,7 @@ def _record(d: jpb.JobDetails) -> Submission:
         exit_code=d.driver_exit_code,
         job_id=d.job_id,
         supervisor_pid=d.supervisor_pid,
+        supervisor_start=d.supervisor_start,
         driver_pid=d.driver_pid,
         error_type=d.error_type,
         node_id=d.node_id,
@@ -93,16 +96,6 @@ def _record(d: jpb.JobDetails) -> Submission:
         lease_node=d.lease_node,
         lease_id=d.lease_id,
     )
-
-
-def _is_supervisor_of(pid: int, submission_id: str) -> bool:
-    """True when ``pid`` is alive and is the supervisor of this job (PIDs get reused)."""
-    try:
-        parts = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return status != "Z" and SUPERVISOR_MODULE.encode() in parts and submission_id.encode() in parts
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -131,6 +124,7 @@ class JobManager:
         self.clock = clock
         self.table = JobTable()
         self.popen: dict[str, subprocess.Popen[bytes]] = {}
+        self.launcher: Launcher | None = None  # forks supervisors (started on first use)
         self.changed = asyncio.Event()
         self.db.execute(_SCHEMA)
         self._seq = 0
@@ -185,6 +179,19 @@ class JobManager:
 
     def _start_supervisor(self, job: Submission) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.launcher is None or not self.launcher.alive():
+                if self.launcher is not None:
+                    self.launcher.close()
+                self.launcher = Launcher(self.session_dir, self.token_file)
+            pid = self.launcher.spawn(
+                job.submission_id, self.head_address(), self.log_path(job.submission_id)
+            )
+        except OSError:
+            log.exception("the job launcher failed; starting the supervisor directly")
+        else:
+            job.supervisor_pid, job.supervisor_start = pid, process_start(pid)
+            return
         out = open(self.log_path(job.submission_id), "ab")  # noqa: SIM115 - closed below
         try:
             p = subprocess.Popen(
@@ -209,7 +216,7 @@ class JobManager:
         finally:
             out.close()
         self.popen[job.submission_id] = p
-        job.supervisor_pid = p.pid
+        job.supervisor_pid, job.supervisor_start = p.pid, process_start(p.pid)
 
     def report(self, update: jpb.JobStatusUpdate) -> Submission:
         """A supervisor's report."""
@@ -267,7 +274,8 @@ class JobManager:
         p = self.popen.get(job.submission_id)
         if p is not None:
             return p.poll() is None
-        return _is_supervisor_of(job.supervisor_pid, job.submission_id)
+        start = process_start(job.supervisor_pid) if job.supervisor_pid else 0
+        return start != 0 and start == job.supervisor_start
 
     def _kill_groups(self, job: Submission) -> None:
         _killpg(job.driver_pid, signal.SIGKILL)
@@ -324,3 +332,6 @@ class JobManager:
         for p in self.popen.values():
             with contextlib.suppress(Exception):
                 p.wait(1)
+        if self.launcher is not None:
+            self.launcher.close()
+            self.launcher = None

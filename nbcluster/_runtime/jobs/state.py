@@ -87,6 +87,7 @@ class Submission:
     exit_code: int = 0
     job_id: str = ""
     supervisor_pid: int = 0
+    supervisor_start: int = 0  # process start time of the supervisor (tells PIDs apart)
     driver_pid: int = 0
     error_type: str = ""
     node_id: str = ""

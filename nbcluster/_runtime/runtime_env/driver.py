@@ -131,7 +131,7 @@ def for_submit(client: Any, runtime_env: Mapping[str, Any] | None, context: Any 
     st = _state(client)
     if not runtime_env:
         return st.env_json
-    key = spec.to_json(dict(runtime_env))
+    key = getattr(runtime_env, "key", None) or spec.to_json(dict(runtime_env))
     now = time.monotonic()
     with st.lock:
         hit = st.cache.get(key)

@@ -44,6 +44,11 @@ class FrozenRuntimeEnv(Mapping[str, Any]):
             return self._data == dict(other.items())
         return NotImplemented
 
+    @property
+    def key(self) -> str:
+        """The canonical JSON of the environment (what the submission cache is keyed by)."""
+        return self._key
+
     def __repr__(self) -> str:
         return repr(self._data)
 

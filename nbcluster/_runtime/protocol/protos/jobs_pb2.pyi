@@ -11,7 +11,7 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class JobDetails(_message.Message):
-    __slots__ = ("submission_id", "entrypoint", "status", "message", "metadata", "runtime_env", "start_time", "end_time", "has_exit_code", "driver_exit_code", "job_id", "supervisor_pid", "driver_pid", "error_type", "entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_resources", "node_id", "hostname", "run_time", "lease_node", "lease_id")
+    __slots__ = ("submission_id", "entrypoint", "status", "message", "metadata", "runtime_env", "start_time", "end_time", "has_exit_code", "driver_exit_code", "job_id", "supervisor_pid", "driver_pid", "error_type", "entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_resources", "node_id", "hostname", "run_time", "lease_node", "lease_id", "supervisor_start")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class JobDetails(_message.Message):
     RUN_TIME_FIELD_NUMBER: _ClassVar[int]
     LEASE_NODE_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    SUPERVISOR_START_FIELD_NUMBER: _ClassVar[int]
     submission_id: str
     entrypoint: str
     status: str
@@ -70,7 +71,8 @@ class JobDetails(_message.Message):
     run_time: float
     lease_node: str
     lease_id: bytes
-    def __init__(self, submission_id: _Optional[str] = ..., entrypoint: _Optional[str] = ..., status: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., runtime_env: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., has_exit_code: _Optional[bool] = ..., driver_exit_code: _Optional[int] = ..., job_id: _Optional[str] = ..., supervisor_pid: _Optional[int] = ..., driver_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., entrypoint_num_cpus: _Optional[float] = ..., entrypoint_num_gpus: _Optional[float] = ..., entrypoint_resources: _Optional[_Mapping[str, float]] = ..., node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., run_time: _Optional[float] = ..., lease_node: _Optional[str] = ..., lease_id: _Optional[bytes] = ...) -> None: ...
+    supervisor_start: int
+    def __init__(self, submission_id: _Optional[str] = ..., entrypoint: _Optional[str] = ..., status: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., runtime_env: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., has_exit_code: _Optional[bool] = ..., driver_exit_code: _Optional[int] = ..., job_id: _Optional[str] = ..., supervisor_pid: _Optional[int] = ..., driver_pid: _Optional[int] = ..., error_type: _Optional[str] = ..., entrypoint_num_cpus: _Optional[float] = ..., entrypoint_num_gpus: _Optional[float] = ..., entrypoint_resources: _Optional[_Mapping[str, float]] = ..., node_id: _Optional[str] = ..., hostname: _Optional[str] = ..., run_time: _Optional[float] = ..., lease_node: _Optional[str] = ..., lease_id: _Optional[bytes] = ..., supervisor_start: _Optional[int] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("entrypoint", "submission_id", "runtime_env", "metadata", "entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_resources")
