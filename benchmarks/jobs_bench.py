@@ -158,6 +158,7 @@ class RayAdapter(Adapter):
     def start(self, cache: str) -> None:
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         os.environ["RAY_AUTH_MODE"] = "disabled"
+        os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")  # slow, busy machines
         self.tmp = tempfile.mkdtemp(prefix="rayjobs-", dir="/tmp")
         dash = free_port()
         ray_bin = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
