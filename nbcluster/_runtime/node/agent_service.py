@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -24,8 +24,9 @@ from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
 from nbcluster._runtime.runtime_env.agent import Progress, RuntimeEnvAgent, SetupFailed
 from nbcluster._runtime.runtime_env.settings import RuntimeEnvSettings
 
-if TYPE_CHECKING:
-    from nbcluster._runtime.node.service import NodeService
+# The node manager's service (``node/service.py``, which imports this module): only its
+# ``agent``, ``state`` and ``store`` attributes are used here.
+NodeService = Any
 
 __all__ = [
     "NodeAgentServicer",
