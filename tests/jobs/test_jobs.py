@@ -303,3 +303,42 @@ def test_cli_submit_follows_logs_and_reports_the_outcome(job_cluster, tmp_path) 
     assert r.returncode == 0
     r = cli("status", "cli-2")
     assert r.returncode == 1 and "does not exist" in r.stderr
+
+
+def test_the_jobs_environment_reaches_its_tasks_merged_with_inits(jobs, tmp_path, wait_job) -> None:
+    """A job's runtime_env is inherited by its tasks; init(runtime_env=) merges into it, and
+    a conflicting value is an error unless NBCLUSTER_OVERRIDE_JOB_RUNTIME_ENV=1 (as Ray)."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "shared.py").write_text("NAME = 'from the job working_dir'\n")
+    (wd / "main.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            import nbcluster
+            from nbcluster.exceptions import NbclusterError
+            extra = {"env_vars": {"FROM_INIT": "init"}}
+            if sys.argv[1] == "conflict":
+                extra = {"env_vars": {"FROM_JOB": "other"}}
+            try:
+                nbcluster.init(runtime_env=extra)
+            except ValueError as err:
+                print("REFUSED", err)
+                raise SystemExit(0)
+
+            @nbcluster.remote
+            def probe():
+                import shared
+                return shared.NAME, os.environ.get("FROM_JOB"), os.environ.get("FROM_INIT")
+
+            print("TASK SAW", nbcluster.get(probe.remote()))
+            """
+        )
+    )
+    env = {"working_dir": str(wd), "env_vars": {"FROM_JOB": "job"}}
+    sid = jobs.submit_job(entrypoint=f"{PY} main.py merge", runtime_env=env)
+    assert wait_job(jobs, sid, {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
+    assert "TASK SAW ('from the job working_dir', 'job', 'init')" in jobs.get_job_logs(sid)
+    sid = jobs.submit_job(entrypoint=f"{PY} main.py conflict", runtime_env=env)
+    assert wait_job(jobs, sid, {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
+    assert "REFUSED" in jobs.get_job_logs(sid) and "env_vars['FROM_JOB']" in jobs.get_job_logs(sid)
