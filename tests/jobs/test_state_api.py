@@ -89,7 +89,9 @@ def test_filters_limit_and_detail(history: dict[str, Any]) -> None:
     failed = state.list_tasks(filters=[("state", "=", "failed")])  # case-insensitive
     assert {t.name for t in failed} >= {"raises", "killed"}
     raised = [t for t in failed if t.name == "raises"][0]
-    assert raised.error_type == "TASK_EXECUTION_EXCEPTION" and "boom in task" in raised.error_message
+    assert (
+        raised.error_type == "TASK_EXECUTION_EXCEPTION" and "boom in task" in raised.error_message
+    )
     assert all(t.state != "FAILED" for t in state.list_tasks(filters=[("state", "!=", "FAILED")]))
     assert len(state.list_tasks(limit=2)) == 2
     brief, full = state.list_actors()[0], state.list_actors(detail=True)[0]
@@ -103,7 +105,11 @@ def test_filters_limit_and_detail(history: dict[str, Any]) -> None:
 def test_actors_nodes_workers_jobs_and_summaries(history: dict[str, Any], driver: Any) -> None:
     actor_id = history["greeter"]._actor_id.hex()
     got = state.get_actor(actor_id)
-    assert got is not None and (got.class_name, got.state, got.name) == ("Greeter", "ALIVE", "greeter")
+    assert got is not None and (got.class_name, got.state, got.name) == (
+        "Greeter",
+        "ALIVE",
+        "greeter",
+    )
     assert state.get_actor(actor_id[:10]) == got  # a unique prefix works
     assert state.get_actor("ff" * 16) is None
     nodes = state.list_nodes()
