@@ -10,14 +10,27 @@ cluster on this host; every call carries it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
-from nbcluster._runtime.jobs.head_client import HeadJobsClient
+from nbcluster._runtime.jobs.head_client import HeadJobsClient, jpb
+from nbcluster._runtime.runtime_env import resolve as env_resolve
+from nbcluster._runtime.runtime_env import spec as env_spec
+from nbcluster._runtime.runtime_env.settings import RuntimeEnvSettings
 from nbcluster.cluster import find_session
 from nbcluster.config import Config
 
-__all__ = ["connect", "resolve"]
+__all__ = ["HeadClient", "connect", "connected", "job_request", "resolve", "uploader"]
+
+#: The blocking client of a head that :func:`connect` returns.
+HeadClient = HeadJobsClient
+
+
+def connected() -> bool:
+    """True when this process is connected to a cluster (``nbcluster.init()``)."""
+    return context.current_client() is not None
 
 
 def resolve(address: str | None) -> tuple[str, str]:
@@ -76,3 +89,36 @@ def resolve_address_only(address: str) -> str:
         if address.startswith(scheme):
             address = address[len(scheme) :].rstrip("/")
     return address
+
+
+def uploader(head: HeadJobsClient) -> env_resolve.Uploader:
+    """Packs and uploads local runtime_env directories to this head (once per content)."""
+    settings = RuntimeEnvSettings.from_env(Config.from_env().temp_dir)
+    return env_resolve.Uploader(
+        head.package_exists, head.upload_package, settings.max_package_bytes
+    )
+
+
+def job_request(
+    up: env_resolve.Uploader,
+    *,
+    entrypoint: str,
+    runtime_env: Mapping[str, Any] | None,
+    submission_id: str,
+    metadata: Mapping[str, str],
+    num_cpus: float,
+    num_gpus: float,
+    resources: Mapping[str, float],
+) -> jpb.SubmitJobRequest:
+    """A job submission, its ``runtime_env`` checked and its local paths uploaded."""
+    env = env_spec.validate(runtime_env)
+    resolved = env_resolve.resolve(env, up)
+    return jpb.SubmitJobRequest(
+        entrypoint=entrypoint,
+        submission_id=submission_id,
+        runtime_env=env_spec.to_json(resolved),
+        metadata=dict(metadata),
+        entrypoint_num_cpus=num_cpus,
+        entrypoint_num_gpus=num_gpus,
+        entrypoint_resources=dict(resources),
+    )

@@ -10,8 +10,7 @@ from __future__ import annotations
 import threading
 
 from nbcluster import _connect
-from nbcluster._runtime import context
-from nbcluster._runtime.jobs.head_client import HeadJobsClient
+from nbcluster._connect import HeadClient as HeadJobsClient
 
 __all__ = [
     "_internal_kv_del",
@@ -44,7 +43,7 @@ _LOCK = threading.Lock()
 
 
 def _head() -> HeadJobsClient:
-    if context.current_client() is None:
+    if not _connect.connected():
         raise RuntimeError("internal_kv needs a connected driver: call nbcluster.init() first")
     key = _connect.resolve(None)
     with _LOCK:
@@ -59,7 +58,7 @@ def _head() -> HeadJobsClient:
 
 def _internal_kv_initialized() -> bool:
     """True when this process is connected to a cluster."""
-    return context.current_client() is not None
+    return _connect.connected()
 
 
 def _internal_kv_put(

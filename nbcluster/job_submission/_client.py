@@ -14,11 +14,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from nbcluster import _connect
-from nbcluster._runtime.jobs.head_client import jpb
-from nbcluster._runtime.runtime_env import resolve as env_resolve
-from nbcluster._runtime.runtime_env import spec as env_spec
-from nbcluster._runtime.runtime_env.settings import RuntimeEnvSettings
-from nbcluster.config import Config
 from nbcluster.job_submission._models import JobDetails, JobStatus, from_driver, from_wire
 
 __all__ = ["JobSubmissionClient"]
@@ -43,10 +38,7 @@ class JobSubmissionClient:
     ) -> None:
         self._head = _connect.connect(address, token=token)
         self.address = self._head.address
-        settings = RuntimeEnvSettings.from_env(Config.from_env().temp_dir)
-        self._uploader = env_resolve.Uploader(
-            self._head.package_exists, self._head.upload_package, settings.max_package_bytes
-        )
+        self._uploader = _connect.uploader(self._head)
 
     def close(self) -> None:
         """Close the connection to the head."""
@@ -96,16 +88,15 @@ class JobSubmissionClient:
         resources = dict(entrypoint_resources or {})
         if entrypoint_memory:
             resources["memory"] = float(entrypoint_memory)
-        env = env_spec.validate(runtime_env)
-        resolved = env_resolve.resolve(env, self._uploader)
-        request = jpb.SubmitJobRequest(
+        request = _connect.job_request(
+            self._uploader,
             entrypoint=entrypoint,
+            runtime_env=runtime_env,
             submission_id=submission_id or job_id or "",
-            runtime_env=env_spec.to_json(resolved),
             metadata=metadata or {},
-            entrypoint_num_cpus=float(entrypoint_num_cpus or 0),
-            entrypoint_num_gpus=float(entrypoint_num_gpus or 0),
-            entrypoint_resources=resources,
+            num_cpus=float(entrypoint_num_cpus or 0),
+            num_gpus=float(entrypoint_num_gpus or 0),
+            resources=resources,
         )
         try:
             return str(self._head.submit_job(request).submission_id)

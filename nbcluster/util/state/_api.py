@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from nbcluster import _connect
-from nbcluster._runtime.jobs.head_client import HeadJobsClient
+from nbcluster._connect import HeadClient as HeadJobsClient
 from nbcluster.util.state._models import (
     ActorState,
     JobState,
