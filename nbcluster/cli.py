@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
 
 
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     from nbcluster.autoscaler.cli import add_subcommands  # up, down, attach
 
     add_subcommands(sub)
+    cli_job.add_subcommands(sub)  # nbcluster job ... (issue 17)
+    cli_state.add_subcommands(sub)  # nbcluster list / summary / get / logs (issue 17)
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

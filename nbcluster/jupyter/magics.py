@@ -32,6 +32,7 @@ from nbcluster._sizing import choose_cluster_size, detect_container_limits
 from nbcluster.config import Config
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
+from nbcluster.jupyter.job_magics import load_job_magics, unload_job_magics
 
 __all__ = [
     "ClusterMagics",
@@ -342,6 +343,7 @@ def load_ipython_extension(ip: Any) -> None:
     """Register ``%cluster`` (``%load_ext nbcluster``); hook into a connection if one exists."""
     magics = ClusterMagics(ip)
     ip.register_magics(magics)
+    load_job_magics(ip)  # %%job / %job (issue 17)
     ip.events.register("pre_run_cell", magics._pre_cell)
     ip.events.register("post_run_cell", magics._post_cell)
     magics.hooks.ensure_installed()
@@ -357,3 +359,4 @@ def unload_ipython_extension(ip: Any) -> None:
     magics.hooks.uninstall()
     ip.magics_manager.registry.pop("ClusterMagics", None)
     ip.magics_manager.magics["line"].pop("cluster", None)
+    unload_job_magics(ip)

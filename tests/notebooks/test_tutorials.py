@@ -41,6 +41,7 @@ EXPECTED = [
     "06_placement_groups_and_scheduling",
     "07_fault_tolerance",
     "08_multi_node",
+    "13_jobs",
     "14_autoscaling",
 ]
 
@@ -245,6 +246,21 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         "check-scaled": [
             r"^alive nodes: 4$",
             r"^SPREAD: \{'node0': 2, 'node1': 2, 'node2': 2, 'node3': 2\}$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "13_jobs": {
+        "check-start": [STARTED],
+        "check-submit": [r"^submitted: True$"],
+        "check-logs": [r"^epoch 0: loss 1\.0$", r"^epoch 2: loss 0\.333$", r"^training done$"],
+        "check-status": [r"^status: SUCCEEDED$", r"^exit code: 0$", r"^took under a minute: True$"],
+        "check-failed": [r"^FAILED$", r"^Job entrypoint command failed with exit code 1"],
+        "check-magic": [r"^cluster CPUs seen by the job: 2\.0$", r"job nbcsubmit_\w+: SUCCEEDED"],
+        "check-runtime-env": [r"^\[\('eval', 0\.25\), \('eval', 0\.1\)\]$"],
+        "check-state": [
+            r"^flaky: \{'FAILED': 1, 'FINISHED': 3\}$",
+            r"^why: ValueError: x == 2 is not allowed",
+            r"^jobs submitted: 3$",
         ],
         "check-stop": [STOPPED],
     },

@@ -28,7 +28,9 @@ from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import deserialize, serialize
+from nbcluster._runtime.task_events import error_info
 from nbcluster._runtime.worker.output import FLUSH_INTERVAL_S, OutputCapture
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
@@ -158,6 +160,7 @@ class Executor:
         self.actor_runner: Any = None  # set for threaded or async actors
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
+        self.last_error: tuple[str, str] = ("", "")
 
     # -- called on the I/O loop ------------------------------------------------------------
     def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
@@ -510,6 +513,7 @@ class Executor:
                 )
 
     def _error_returns(self, spec: pb.TaskSpec, error: BaseException, reply: pb.TaskReply) -> None:
+        self.last_error = error_info(error)  # issue 17: the state API shows why it failed
         del reply.returns[:]
         reply.is_error = True
         try:
@@ -534,7 +538,10 @@ class Executor:
             end_time=reply.end_time,
             parent_task_id=spec.parent_task_id,
             attempt=spec.attempt,
+            actor_id=spec.actor_id,
         )
+        if reply.is_error:
+            ev.error_type, ev.error_message = self.last_error
         with self.events_lock:
             self.events.append(ev)
 
@@ -610,6 +617,8 @@ def main() -> None:
     client.head_address = reply.head_address
     client.store_dir = reply.store_dir
     client.session_dir = reply.session_dir
+    # issue 17: apply this worker's runtime_env before any task runs; children inherit it
+    runtime_env_driver.set_worker_env(client, reply.runtime_env)
     if parent_fd >= 0:
         client.loop.call_soon_threadsafe(
             proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1)
