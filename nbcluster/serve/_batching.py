@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -101,6 +100,42 @@ class _Queue:
             self.slots.release()
 
 
+def _queue(
+    func: Callable[..., Any], params: dict[str, Any], owner: Any, plain: list[_Queue]
+) -> _Queue:
+    """The queue of ``func`` for ``owner`` (kept on the instance), made on the running loop."""
+    loop = asyncio.get_running_loop()
+    if owner is None:
+        if not plain or plain[0].task.get_loop() is not loop:
+            plain[:] = [_Queue(func, None, params)]
+        return plain[0]
+    queues = owner.__dict__.setdefault("__serve_batch_queues__", {})
+    q = queues.get(func.__qualname__)
+    if q is None or q.task.get_loop() is not loop:
+        q = queues[func.__qualname__] = _Queue(func, owner, params)
+    return q  # type: ignore[no-any-return]
+
+
+async def _enqueue(
+    func: Callable[..., Any],
+    params: dict[str, Any],
+    is_method: bool,
+    plain: list[_Queue],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    owner = args[0] if is_method and args else None
+    rest = args[1:] if is_method else args
+    items = list(rest) + list(kwargs.values())
+    if len(items) != 1:
+        raise TypeError(
+            f"{func.__name__} is batched: call it with exactly one item, got {len(items)}"
+        )
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    _queue(func, params, owner, plain).items.put_nowait((items[0], fut))
+    return await fut
+
+
 def batch(
     _func: Callable[..., Any] | None = None,
     /,
@@ -123,32 +158,11 @@ def batch(
             raise TypeError("Functions decorated with @serve.batch must be 'async def'")
         names = list(inspect.signature(func).parameters)
         is_method = bool(names) and names[0] == "self"
-        queues: weakref.WeakKeyDictionary[Any, _Queue] = weakref.WeakKeyDictionary()
-        plain: list[_Queue] = []
-
-        def queue_for(owner: Any) -> _Queue:
-            if owner is None:
-                if not plain or plain[0].task.get_loop() is not asyncio.get_running_loop():
-                    plain[:] = [_Queue(func, None, params)]
-                return plain[0]
-            q = queues.get(owner)
-            if q is None or q.task.get_loop() is not asyncio.get_running_loop():
-                q = queues[owner] = _Queue(func, owner, params)
-            return q
+        plain: list[_Queue] = []  # a plain function's queue (empty when pickled)
 
         @functools.wraps(func)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            owner = args[0] if is_method and args else None
-            rest = args[1:] if is_method else args
-            items = list(rest) + list(kwargs.values())
-            if len(items) != 1:
-                raise TypeError(
-                    f"{func.__name__} is batched: call it with exactly one item, got {len(items)}"
-                )
-            q = queue_for(owner)
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            q.items.put_nowait((items[0], fut))
-            return await fut
+            return await _enqueue(func, params, is_method, plain, args, kwargs)
 
         def set_max_batch_size(size: int) -> None:
             _check(size, params["batch_wait_timeout_s"], params["max_concurrent_batches"])

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbcluster.serve._handle import DeploymentHandle
-from nbcluster.serve._replica import make_spec
+from nbcluster.serve._replica import current_instance, make_spec
 from nbcluster.serve._spec import AppSpec, DeploymentSpec, code_version
 from nbcluster.serve.config import DeploymentConfig
 
@@ -170,10 +170,70 @@ def ingress(app: Any) -> Callable[[type], type]:
     def decorate(cls: type) -> type:
         if not inspect.isclass(cls):
             raise TypeError("@serve.ingress must decorate a class")
+        if "__call__" in vars(cls):
+            raise ValueError("Classes passed to @serve.ingress may not have __call__ method.")
+        _class_based_view(app, cls)
         cls.__serve_asgi_app__ = app  # type: ignore[attr-defined]
         return cls
 
     return decorate
+
+
+def _class_based_view(app: Any, cls: type) -> None:
+    """Make the FastAPI routes declared on ``cls``'s methods call the replica's instance.
+
+    ``@app.get(...)`` in a class body registers the plain function, whose ``self`` FastAPI
+    would read as a query parameter. Each such route is rebuilt (here, in the driver,
+    where the annotations resolve) around an endpoint that takes ``self`` from a
+    dependency: the instance of the replica serving the request.
+    """
+    try:
+        from fastapi import Depends
+        from fastapi.routing import APIRoute
+    except ImportError:  # not FastAPI (a plain Starlette app): routes are used as they are
+        return
+    router = getattr(app, "router", None)
+    if router is None:
+        return
+    methods = {m: n for n, m in inspect.getmembers(cls) if inspect.isfunction(m)}
+    accepted = list(inspect.signature(APIRoute.__init__).parameters)[3:]
+    for i, route in enumerate(list(router.routes)):
+        if not isinstance(route, APIRoute) or route.endpoint not in methods:
+            continue
+        endpoint = _endpoint(route.endpoint, Depends(current_instance))
+        kwargs = {k: getattr(route, k) for k in accepted if hasattr(route, k)}
+        router.routes[i] = APIRoute(route.path, endpoint, **kwargs)
+
+
+def _endpoint(func: Callable[..., Any], instance: Any) -> Callable[..., Any]:
+    try:
+        sig = inspect.signature(func, eval_str=True)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: FastAPI resolves them later
+        sig = inspect.signature(func)
+    params = list(sig.parameters.values())
+    if not params:
+        raise TypeError(f"{func.__qualname__}: a route method must take self")
+    me = params[0].replace(kind=inspect.Parameter.KEYWORD_ONLY, default=instance, annotation=Any)
+    rest = params[1:]
+    at = next((j for j, p in enumerate(rest) if p.kind == inspect.Parameter.VAR_KEYWORD), len(rest))
+    rest.insert(at, me)
+    rest.sort(key=lambda p: p.kind)  # a valid order: positional, *args, keyword-only, **kwargs
+
+    if inspect.iscoroutinefunction(func):
+
+        async def call(**kwargs: Any) -> Any:
+            return await func(**kwargs)
+
+    else:
+
+        def call(**kwargs: Any) -> Any:
+            return func(**kwargs)
+
+    call.__name__ = func.__name__
+    call.__qualname__ = func.__qualname__
+    call.__doc__ = func.__doc__
+    call.__signature__ = sig.replace(parameters=rest)  # type: ignore[attr-defined]
+    return call
 
 
 def build_app(app: Application, name: str, route_prefix: str | None) -> AppSpec:

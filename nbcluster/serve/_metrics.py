@@ -34,9 +34,12 @@ class DeploymentStats:
         self.models: dict[str, list[str]] = {}
         self.total_requests = 0
         self.total_errors = 0
+        self._since: float | None = None  # first report
 
     def report(self, replica_id: str, metrics: dict[str, Any], now: float) -> None:
         """One replica's pull: cumulative counters, ongoing count, fresh latency samples."""
+        if self._since is None:
+            self._since = now
         requests, errors = int(metrics["requests"]), int(metrics["errors"])
         prev_r, prev_e = self._counters.get(replica_id, (0, 0))
         if requests < prev_r:  # a new replica under an old id cannot happen, but be safe
@@ -72,8 +75,8 @@ class DeploymentStats:
     def summary(self, now: float) -> dict[str, Any]:
         """``requests_per_s``, ``p50_ms``, ``p99_ms`` (None without samples), ``errors``."""
         self._trim(now)
-        if self._events:
-            span = max(min(self.window_s, now - self._events[0][0]), 1.0)
+        if self._events and self._since is not None:
+            span = max(min(self.window_s, now - self._since), 1.0)
             rps = sum(n for _, n, _ in self._events) / span
         else:
             rps = 0.0

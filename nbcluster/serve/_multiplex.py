@@ -77,6 +77,29 @@ def loaded_model_ids() -> frozenset[str]:
     return frozenset(out)
 
 
+async def _get(
+    loader: Callable[..., Any],
+    capacity: int,
+    is_method: bool,
+    plain: list[_ModelCache],
+    args: tuple[Any, ...],
+) -> Any:
+    if is_method:
+        owner, model_id = args
+        caches = owner.__dict__.setdefault("__serve_model_caches__", {})
+        cache = caches.get(loader.__qualname__)
+        if cache is None:
+            cache = caches[loader.__qualname__] = _ModelCache(loader, owner, capacity)
+    else:
+        (model_id,) = args
+        if not plain:
+            plain.append(_ModelCache(loader, None, capacity))
+        cache = plain[0]
+    if not isinstance(model_id, str):
+        raise TypeError(f"the model id must be a string, got {type(model_id).__name__}")
+    return await cache.get(model_id)
+
+
 def multiplexed(func: Callable[..., Any] | None = None, max_num_models_per_replica: int = 3) -> Any:
     """Cache the models an ``async def`` loader returns, per replica (see module docstring)."""
     if (
@@ -102,24 +125,11 @@ def multiplexed(func: Callable[..., Any] | None = None, max_num_models_per_repli
             raise TypeError(
                 "@serve.multiplexed: the function must take exactly one argument, the model id"
             )
-        caches: weakref.WeakKeyDictionary[Any, _ModelCache] = weakref.WeakKeyDictionary()
-        plain: list[_ModelCache] = []
+        plain: list[_ModelCache] = []  # a plain function's cache (empty when pickled)
 
         @functools.wraps(loader)
         async def wrapper(*args: Any) -> Any:
-            if is_method:
-                owner, model_id = args
-                cache = caches.get(owner)
-                if cache is None:
-                    cache = caches[owner] = _ModelCache(loader, owner, capacity)
-            else:
-                (model_id,) = args
-                if not plain:
-                    plain.append(_ModelCache(loader, None, capacity))
-                cache = plain[0]
-            if not isinstance(model_id, str):
-                raise TypeError(f"the model id must be a string, got {type(model_id).__name__}")
-            return await cache.get(model_id)
+            return await _get(loader, capacity, is_method, plain, args)
 
         return wrapper
 

@@ -17,6 +17,7 @@ Routers call :meth:`Replica.handle_request` (handle calls) and :meth:`Replica.ha
 from __future__ import annotations
 
 import asyncio
+import copyreg
 import inspect
 import os
 import sys
@@ -33,12 +34,13 @@ from nbcluster.serve._context import (
     ReplicaContext,
     ReplicaID,
     RequestContext,
+    current_replica,
     request_context,
     set_replica,
 )
 from nbcluster.serve._multiplex import loaded_model_ids
 
-__all__ = ["REJECTED", "Rejected", "Replica", "bind_fastapi_routes", "make_spec"]
+__all__ = ["REJECTED", "Rejected", "Replica", "current_instance", "make_spec"]
 
 _MAX_SAMPLES = 4096
 
@@ -65,32 +67,21 @@ REJECTED = Rejected()
 
 def make_spec(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     """The bytes a replica is built from: the class or function and its bound arguments."""
+    datastructures = sys.modules.get("starlette.datastructures")
+    if datastructures is not None:
+        # A FastAPI/Starlette app holds a ``State`` whose __getattr__ recurses when pickle
+        # rebuilds it without __init__; rebuild it from its dict instead.
+        state_cls = datastructures.State
+        copyreg.pickle(state_cls, lambda s: (state_cls, (dict(s._state),)))
     return cloudpickle.dumps((target, args, kwargs))
 
 
-def bind_fastapi_routes(app: Any, cls: type, instance: Any) -> None:
-    """Make the routes of ``app`` declared on ``cls``'s methods call ``instance``'s methods.
-
-    ``@app.get(...)`` inside a class body registers the plain function (with ``self``);
-    each such route is rebuilt around the bound method, whose signature FastAPI reads
-    without ``self``.
-    """
-    try:
-        from fastapi.routing import APIRoute
-    except ImportError:  # a plain Starlette app: nothing to bind
-        return
-    methods: dict[Any, str] = {}
-    for name, member in inspect.getmembers(cls):
-        if inspect.isfunction(member):
-            methods[member] = name
-    accepted = list(inspect.signature(APIRoute.__init__).parameters)[3:]
-    routes = app.router.routes
-    for i, route in enumerate(list(routes)):
-        if not isinstance(route, APIRoute) or route.endpoint not in methods:
-            continue
-        bound = getattr(instance, methods[route.endpoint])
-        kwargs = {k: getattr(route, k) for k in accepted if hasattr(route, k)}
-        routes[i] = APIRoute(route.path, bound, **kwargs)
+def current_instance() -> Any:
+    """The replica's instance of the deployment class (a FastAPI dependency; see ingress)."""
+    ctx = current_replica()
+    if ctx is None:
+        raise RuntimeError("not inside a Serve replica")
+    return ctx.servable_object
 
 
 class Replica:
@@ -114,11 +105,7 @@ class Replica:
             self._callable = self._instance
         context.servable_object = self._callable
         self._asgi: Any = None
-        asgi = getattr(target, "__serve_asgi_app__", None)
-        if asgi is not None:
-            if self._instance is not None:
-                bind_fastapi_routes(asgi, target, self._instance)
-            self._asgi = asgi
+        self._asgi = getattr(target, "__serve_asgi_app__", None)
         self._light = dict(light)
         self._limit = asyncio.Semaphore(int(light["max_ongoing_requests"]))
         self._ongoing = 0
