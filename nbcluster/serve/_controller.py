@@ -569,12 +569,17 @@ class ControllerCore:
                     .remote,
                     self.http,
                 )
-            url = await _await(handle.ready.remote(), 60)
+            info = await _await(handle.ready.remote(), 60)
         except Exception:  # noqa: BLE001 - retried at the next check
             traceback.print_exc()
             self.proxies.pop(node_id, None)
             return
-        self.proxies[node_id] = {"handle": handle, "url": url, "status": ProxyStatus.HEALTHY}
+        self.proxies[node_id] = {
+            "handle": handle,
+            "url": info["url"],
+            "pid": info["pid"],
+            "status": ProxyStatus.HEALTHY,
+        }
         self._spawn(self._watch_proxy(node_id, handle))
         self.wake.set()
 
@@ -672,6 +677,7 @@ class ControllerCore:
             proxies={n: p["status"] for n, p in self.proxies.items()},
             applications=apps,
             proxy_urls={n: p["url"] for n, p in self.proxies.items() if p["url"]},
+            proxy_pids={n: p["pid"] for n, p in self.proxies.items() if p.get("pid")},
         )
 
     # -- persistence ---------------------------------------------------------------------------
@@ -751,9 +757,10 @@ class ControllerCore:
             _find_actor, replica_actor_name(key[0], key[1], replica_id)
         )
         alive = False
+        info: dict[str, Any] = {}
         if handle is not None:
             try:
-                await _await(handle.get_metrics.remote(), 10)
+                info = await _await(handle.info.remote(), 10)
                 alive = True
             except Exception:  # noqa: BLE001 - not answering: replaced
                 await _kill(handle)
@@ -762,6 +769,9 @@ class ControllerCore:
             self.health[replica_id] = time.monotonic()
             self._spawn(self._watch_replica(key, replica_id, handle))
         ds.on_recovered(replica_id, alive, time.monotonic())
+        if alive and replica_id in ds.replicas:
+            ds.replicas[replica_id].pid = info.get("pid")
+            ds.replicas[replica_id].node_id = info.get("node_id")
 
 
 def _new_replica_id() -> str:

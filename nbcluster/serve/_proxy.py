@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import traceback
 from typing import Any
@@ -65,10 +66,10 @@ class ProxyActor:
         self._stopped: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
-    async def ready(self) -> str:
-        """Start serving (once); the URL this proxy answers on."""
+    async def ready(self) -> dict[str, Any]:
+        """Start serving (once); the URL this proxy answers on, and its process id."""
         if self._server is not None:
-            return self._url
+            return {"url": self._url, "pid": os.getpid()}
         import uvicorn
 
         host = self._options.host or "127.0.0.1"
@@ -104,7 +105,7 @@ class ProxyActor:
             await asyncio.sleep(0.005)
         shown = f"[{host}]" if ":" in host else host
         self._url = f"http://{shown}:{port}{self._options.root_path}"
-        return self._url
+        return {"url": self._url, "pid": os.getpid()}
 
     async def wait_until_stopped(self) -> None:
         """Returns only when the proxy stops (the controller's death watch)."""

@@ -121,8 +121,11 @@ class Replica:
         """Apply ``user_config`` (the user's ``reconfigure``) and say where this replica runs."""
         if self._light.get("user_config") is not None:
             await self._call_reconfigure(self._light["user_config"])
-        ctx = nbcluster.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": ctx.get_node_id()}
+        return await self.info()
+
+    async def info(self) -> dict[str, Any]:
+        """Where this replica runs: process id and node id."""
+        return {"pid": os.getpid(), "node_id": nbcluster.get_runtime_context().get_node_id()}
 
     async def reconfigure(self, light: dict[str, Any]) -> None:
         """A lightweight update: new ``user_config`` and/or ``max_ongoing_requests``."""

@@ -130,13 +130,15 @@ class ApplicationStatusOverview:
 class ServeStatus:
     """Serve as a whole: proxies by node, applications by name.
 
-    ``proxy_urls`` (nbcluster's addition) maps node ids to the URL each proxy serves.
+    ``proxy_urls`` and ``proxy_pids`` (nbcluster's additions) map node ids to the URL each
+    proxy serves and its process id.
     """
 
     proxies: dict[str, ProxyStatus] = dataclasses.field(default_factory=dict)
     applications: dict[str, ApplicationStatusOverview] = dataclasses.field(default_factory=dict)
     target_capacity: float | None = None
     proxy_urls: dict[str, str] = dataclasses.field(default_factory=dict)
+    proxy_pids: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (enums as their names), for ``nbcluster serve status``."""
