@@ -4,6 +4,7 @@ nbcluster start --head [--num-cpus N] [--port P] [--block]
 nbcluster start --address HOST:PORT [--num-cpus N] [--block]
 nbcluster status [--address HOST:PORT]
 nbcluster stop
+nbcluster serve run|status|deploy|shutdown   (Serve; see nbcluster/serve/_cli.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
 
 def _temp_dir() -> str:
@@ -256,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("stop", help="stop the clusters started with `nbcluster start` on this host")
     p.set_defaults(fn=cmd_stop)
+    add_serve_subcommands(sub)
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

@@ -168,3 +168,81 @@ def test_route_prefix_validation() -> None:
         normalize_route_prefix("api")
     with pytest.raises(ValueError, match="wildcards"):
         normalize_route_prefix("/{x}")
+
+
+def test_config_file_schema() -> None:
+    from nbcluster.serve._config_file import ConfigError, parse_config
+
+    cfg = parse_config(
+        {
+            "proxy_location": "HeadOnly",
+            "http_options": {"port": 0},
+            "applications": [
+                {
+                    "name": "a",
+                    "import_path": "m:app",
+                    "deployments": [{"name": "D", "num_replicas": 2}],
+                },
+                {"name": "b", "route_prefix": "/b/", "import_path": "m.app", "args": {"x": 1}},
+            ],
+        }
+    )
+    assert [a.name for a in cfg.applications] == ["a", "b"]
+    assert cfg.applications[0].deployments == {"D": {"num_replicas": 2}}
+    assert cfg.applications[1].route_prefix == "/b" and cfg.http_options.port == 0
+    cases = [
+        ({}, "applications: a non-empty list"),
+        ({"applications": [{"import_path": "m:a"}], "extra": 1}, "unknown field(s) 'extra'"),
+        ({"applications": [{"import_path": "nocolon"}]}, "'module:attribute' is required"),
+        (
+            {"applications": [{"import_path": "m:a"}, {"import_path": "m:b"}]},
+            "'default' appears twice",
+        ),
+        (
+            {
+                "applications": [
+                    {"name": "x", "import_path": "m:a"},
+                    {"name": "y", "import_path": "m:b"},
+                ]
+            },
+            "'/' is used by two applications",
+        ),
+        (
+            {
+                "applications": [
+                    {"import_path": "m:a", "deployments": [{"name": "D", "num_replicas": -1}]}
+                ]
+            },
+            "deployments[0]: num_replicas must be >= 0",
+        ),
+        (
+            {"applications": [{"import_path": "m:a", "deployments": [{"name": "D", "bogus": 1}]}]},
+            "unknown field(s) 'bogus'",
+        ),
+        ({"applications": [{"import_path": "m:a"}], "proxy_location": "Moon"}, "proxy_location"),
+    ]
+    for data, message in cases:
+        with pytest.raises(ConfigError) as info:
+            parse_config(data)
+        assert message in str(info.value), (data, str(info.value))
+
+
+def test_config_overrides_apply_by_deployment_name() -> None:
+    from nbcluster.serve._config_file import ConfigError, apply_overrides
+    from nbcluster.serve._deployment import build_app
+
+    @serve.deployment
+    class Leaf:
+        pass
+
+    @serve.deployment
+    class Root:
+        def __init__(self, a: object, b: object) -> None:
+            pass
+
+    leaf = Leaf.bind()
+    app = apply_overrides(Root.bind(leaf, leaf), {"Leaf": {"num_replicas": 3}})
+    spec = build_app(app, "x", "/")
+    assert {d.name: d.config.num_replicas for d in spec.deployments} == {"Leaf": 3, "Root": 1}
+    with pytest.raises(ConfigError, match="does not have"):
+        apply_overrides(Root.bind(leaf, leaf), {"Nope": {}})
