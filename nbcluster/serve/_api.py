@@ -22,6 +22,7 @@ from nbcluster.serve._controller import ServeController
 from nbcluster.serve._deployment import Application, build_app
 from nbcluster.serve._handle import DeploymentHandle, reset_routers
 from nbcluster.serve._routing import normalize_route_prefix
+from nbcluster.serve._widget import show, summary_text
 from nbcluster.serve.config import HTTPOptions, ProxyLocation
 from nbcluster.serve.exceptions import ServeException
 from nbcluster.serve.schema import ServeStatus
@@ -132,8 +133,6 @@ def run(
     if _display is None:
         _display = _in_kernel()
     if _display:
-        from nbcluster.serve._widget import show
-
         show(name, url)
     if blocking:
         try:
@@ -190,6 +189,8 @@ def _announce(controller: Any, name: str, prefix: str | None) -> str:
             print(f"  through the Jupyter server: {jupyter_path(prefix)}")
     else:
         print(f"Application {name!r} is ready (no HTTP route; call it with its handle)")
+    if not _in_kernel():  # the text form of the notebook's widget
+        print("\n".join(summary_text(name, st.applications.get(name)).splitlines()[1:]))
     sys.stdout.flush()
     return url
 

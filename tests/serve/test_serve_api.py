@@ -286,3 +286,32 @@ def test_delete_and_status(serve_cluster: Any, serve_url: str) -> None:
         time.sleep(0.05)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     nbcluster.get(nbcluster.put(1))  # the cluster is fine
+
+
+def test_live_widget_shows_deployments_replicas_and_traffic(serve_cluster: Any) -> None:
+    from nbcluster.serve._widget import ServeWidget
+
+    handle = serve.run(Counter.bind(0), name="widget", route_prefix="/w", _display=False)
+    w = ServeWidget("widget", "http://example/w", autostart=False)
+    w.refresh()
+    assert "Counter" in w.table.value and "RUNNING" in w.table.value
+    assert "1 running (target 1)" in w.table.value
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for _ in range(20):
+            handle.add.remote().result()
+        w.refresh()
+        d = w.overview.deployments["Counter"] if w.overview else None
+        if d is not None and d.requests_per_s > 0 and d.p50_ms is not None:
+            break
+    assert d is not None and d.requests_per_s > 0 and d.p99_ms is not None
+    assert list(w.figure.data[0].y)[-1] > 0  # requests/s plotted
+    text = repr(w)
+    assert "Serve application 'widget': RUNNING at http://example/w" in text and "req/s" in text
+    bundle = w._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "text/plain" in bundle
+    serve.delete("widget")
+    w.refresh()
+    assert "NOT RUNNING" in w.table.value
+    w.close()
+    assert not w.live

@@ -255,3 +255,50 @@ def test_draining_replica_rejects_new_requests_and_waits_for_ongoing(replica_fac
         await asyncio.wait_for(drain, 1)
 
     asyncio.run(main())
+
+
+def test_widget_html_escapes_and_text_fallback() -> None:
+    from nbcluster.serve._widget import render_app, summary_text
+    from nbcluster.serve.schema import (
+        ApplicationStatus,
+        ApplicationStatusOverview,
+        DeploymentStatus,
+        DeploymentStatusOverview,
+        DeploymentStatusTrigger,
+        ReplicaDetails,
+        ReplicaState,
+    )
+
+    d = DeploymentStatusOverview(
+        status=DeploymentStatus.HEALTHY,
+        status_trigger=DeploymentStatusTrigger.CONFIG_UPDATE_COMPLETED,
+        replica_states={ReplicaState.RUNNING: 2},
+        target_replicas=2,
+        replicas=(ReplicaDetails("abc", ReplicaState.RUNNING, "n", "v", pid=7),),
+        requests_per_s=12.5,
+        p50_ms=1.25,
+        p99_ms=9.0,
+    )
+    app = ApplicationStatusOverview(
+        ApplicationStatus.RUNNING, "", 0.0, {"<b>Model</b>": d}, "/", "x"
+    )
+    page = render_app("<script>", app, "http://h/")
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;Model" in page
+    assert "2 running (target 2)" in page and "12.5" in page and "abc RUNNING pid 7" in page
+    text = summary_text("m", app, "http://h/")
+    assert text.splitlines()[0] == "Serve application 'm': RUNNING at http://h/"
+    assert "p50 1.2 ms" in text or "p50 1.3 ms" in text
+    assert summary_text("m", None) == "Serve application 'm': not running"
+
+
+def test_importing_serve_imports_no_widget_or_http_library() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, nbcluster.serve, nbcluster\n"
+        "bad = [m for m in ('ipywidgets', 'plotly', 'uvicorn', 'starlette', 'fastapi') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
