@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from nbcluster.serve._client import controller_handle, session_key
+from nbcluster.serve._context import current_replica
 from nbcluster.serve._router import Request, Router
 
 __all__ = ["DeploymentHandle", "DeploymentResponse", "get_router", "reset_routers"]
@@ -64,9 +65,11 @@ class DeploymentResponse:
     def result(self, *, timeout_s: float | None = None, _skip_asyncio_check: bool = False) -> Any:
         """Wait for the value (raises the deployment's exception, ``TimeoutError`` on timeout).
 
-        Not from inside a running event loop: use ``await response`` there.
+        Not from a replica's event loop (an ``async def`` method): use ``await response``
+        there. (A notebook cell runs inside the kernel's event loop; there it is fine, since
+        answers are delivered by another thread.)
         """
-        if not _skip_asyncio_check and _in_event_loop():
+        if not _skip_asyncio_check and current_replica() is not None and _in_event_loop():
             raise RuntimeError(
                 "Sync methods should not be called from within an `asyncio` event loop. "
                 "Use `await response` instead."
