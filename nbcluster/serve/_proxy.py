@@ -25,7 +25,7 @@ from nbcluster.exceptions import ActorError
 from nbcluster.serve import _http
 from nbcluster.serve._client import controller_handle
 from nbcluster.serve._handle import get_router
-from nbcluster.serve._router import Request
+from nbcluster.serve._router import Request, Router
 from nbcluster.serve._routing import match_route
 from nbcluster.serve._watch import value_future
 from nbcluster.serve.config import HTTPOptions
@@ -65,6 +65,7 @@ class ProxyActor:
         self._known: Any = None
         self._stopped: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._routers: dict[tuple[str, str], Router] = {}
 
     async def ready(self) -> dict[str, Any]:
         """Start serving (once); the URL this proxy answers on, and its process id."""
@@ -137,6 +138,14 @@ class ProxyActor:
                 if snapshot is not None:
                     self._routes = dict(snapshot["routes"])
                     self._ingress = dict(snapshot["ingress"])
+                    for app, deployment in self._ingress.items():
+                        self._router(app, deployment)  # ready before the first request
+
+    def _router(self, app: str, deployment: str) -> Router:
+        router = self._routers.get((app, deployment))
+        if router is None:
+            router = self._routers[(app, deployment)] = get_router(app, deployment)
+        return router
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -213,7 +222,7 @@ class ProxyActor:
             scope.get("http_version", "1.1"),
         )
         request = Request("http", prefix, (req,), {}, model_id)
-        get_router(app, ingress).submit(request)
+        self._router(app, ingress).submit(request)
         try:
             fut = asyncio.wrap_future(request.result)
             timeout = self._options.request_timeout_s

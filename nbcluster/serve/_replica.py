@@ -17,7 +17,10 @@ Routers call :meth:`Replica.handle_request` (handle calls) and :meth:`Replica.ha
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import copyreg
+import functools
 import inspect
 import os
 import sys
@@ -108,6 +111,10 @@ class Replica:
         self._asgi = getattr(target, "__serve_asgi_app__", None)
         self._light = dict(light)
         self._limit = asyncio.Semaphore(int(light["max_ongoing_requests"]))
+        # Sync methods run in threads, as Ray Serve runs them (RAY_SERVE_RUN_SYNC_IN_THREADPOOL=1).
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            int(light["max_ongoing_requests"]), thread_name_prefix="serve-sync"
+        )
         self._ongoing = 0
         self._draining = False
         self._requests = 0
@@ -133,6 +140,13 @@ class Replica:
         self._light = dict(light)
         if light["max_ongoing_requests"] != old.get("max_ongoing_requests"):
             self._limit = asyncio.Semaphore(int(light["max_ongoing_requests"]))
+            old_pool, self._pool = (
+                self._pool,
+                concurrent.futures.ThreadPoolExecutor(
+                    int(light["max_ongoing_requests"]), thread_name_prefix="serve-sync"
+                ),
+            )
+            old_pool.shutdown(wait=False)
         if (
             light.get("user_config") != old.get("user_config")
             and light.get("user_config") is not None
@@ -198,9 +212,9 @@ class Replica:
                 traceback.print_exc()
 
     # -- requests ----------------------------------------------------------------------------
-    def _method(self, name: str) -> Any:
-        fn = self._methods.get(name)
-        if fn is None:
+    def _method(self, name: str) -> tuple[Any, bool]:
+        entry = self._methods.get(name)
+        if entry is None:
             if self._is_function:
                 if name != "__call__":
                     raise AttributeError(
@@ -212,8 +226,23 @@ class Replica:
                 fn = getattr(self._instance, name, None)
                 if fn is None or name.startswith("_") and name != "__call__":
                     raise AttributeError(f"deployment {self._deployment!r} has no method {name!r}")
-            self._methods[name] = fn
-        return fn
+            is_async = inspect.iscoroutinefunction(fn) or (
+                not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+            )
+            entry = self._methods[name] = (fn, is_async)
+        return entry  # type: ignore[no-any-return]
+
+    async def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call a user method: ``async def`` on the loop, plain ``def`` in a thread."""
+        fn, is_async = self._method(name)
+        if is_async:
+            result = fn(*args, **kwargs)
+        else:
+            call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+            result = await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     async def handle_request(self, meta: tuple[str, str, str], *args: Any, **kwargs: Any) -> Any:
         """A handle call: ``meta`` is ``(method, multiplexed_model_id, request_id)``."""
@@ -227,9 +256,7 @@ class Replica:
             async with self._limit:
                 token = request_context.set(RequestContext(request_id, "", self._app, model_id))
                 try:
-                    result = self._method(method)(*args, **kwargs)
-                    if inspect.isawaitable(result):
-                        result = await result
+                    result = await self._invoke(method, args, kwargs)
                 finally:
                     request_context.reset(token)
             ok = True
@@ -282,9 +309,7 @@ class Replica:
 
         request = Request(scope, receive)
         try:
-            result = self._method("__call__")(request)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await self._invoke("__call__", (request,), {})
         except HTTPException as e:
             return _http.text_answer(e.status_code, str(e.detail))
         if isinstance(result, Response):

@@ -123,6 +123,28 @@ def test_composition_and_passing_responses_without_waiting(serve_cluster: Any) -
         serve.get_app_handle("nope")
 
 
+def test_sync_result_inside_an_async_replica_method_is_refused(serve_cluster: Any) -> None:
+    @serve.deployment(ray_actor_options=NO_CPU)
+    def leaf() -> int:
+        return 1
+
+    @serve.deployment(ray_actor_options=NO_CPU)
+    class Caller:
+        def __init__(self, leaf: Any) -> None:
+            self.leaf = leaf
+
+        async def bad(self) -> int:
+            return self.leaf.remote().result()
+
+        def fine(self) -> int:  # a sync method may block
+            return self.leaf.remote().result()
+
+    handle = serve.run(Caller.bind(leaf.bind()), name="sync", route_prefix=None, _display=False)
+    with pytest.raises(RuntimeError, match="Use `await response` instead"):
+        handle.bad.remote().result()
+    assert handle.fine.remote().result() == 1
+
+
 def test_http_routes_and_errors(serve_cluster: Any, serve_url: str) -> None:
     serve.run(Counter.bind(1), name="a", route_prefix="/a", _display=False)
 

@@ -154,6 +154,32 @@ def test_crashed_replica_is_replaced_and_only_its_requests_fail(
     assert after.statuses == {200: 300} and after.errors == 0
 
 
+def test_failing_health_check_replaces_the_replica(serve_cluster: Any) -> None:
+    @serve.deployment(ray_actor_options=NO_CPU, health_check_period_s=0.1, health_check_timeout_s=2)
+    class Flaky:
+        def __init__(self) -> None:
+            self.sick = False
+
+        def check_health(self) -> None:
+            if self.sick:
+                raise RuntimeError("lost the GPU")
+
+        def make_sick(self) -> int:
+            self.sick = True
+            return os.getpid()
+
+        def __call__(self) -> int:
+            return os.getpid()
+
+    handle = serve.run(Flaky.bind(), name="flaky", route_prefix=None, _display=False)
+    sick = handle.make_sick.remote().result()
+    new = wait_for(
+        lambda: (p := replica_pids("flaky", "Flaky")) and sick not in p and p,
+        what="the unhealthy replica to be replaced",
+    )
+    assert handle.remote().result() == new[0]
+
+
 def test_controller_restart_keeps_serving_and_state(serve_cluster: Any, serve_url: str) -> None:
     @serve.deployment(ray_actor_options=NO_CPU, num_replicas=2, user_config={"v": 1})
     class Keeper:
