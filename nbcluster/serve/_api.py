@@ -133,7 +133,7 @@ def run(
     if _display is None:
         _display = _in_kernel()
     if _display:
-        show(name, url)
+        show(name, url, status)
     if blocking:
         try:
             while True:

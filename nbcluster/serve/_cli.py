@@ -20,6 +20,10 @@ import sys
 import time
 from typing import Any
 
+import nbcluster
+from nbcluster.serve import _api as serve
+from nbcluster.serve._config_file import ConfigError, apply_overrides, load_target, parse_config
+
 __all__ = ["add_subcommands", "main"]
 
 
@@ -63,8 +67,6 @@ def add_subcommands(subparsers: Any) -> None:
 
 def _connect(address: str, *, start: bool = False) -> bool:
     """Join a cluster; with ``start``, start a private one when none runs. True if started."""
-    import nbcluster
-
     try:
         nbcluster.init(address=address or "auto")
         return False
@@ -87,10 +89,6 @@ def _parse_args(pairs: list[str]) -> dict[str, str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``nbcluster serve run``."""
-    import nbcluster
-    from nbcluster import serve
-    from nbcluster.serve._config_file import ConfigError, load_target
-
     try:
         started = _connect(args.address, start=not args.non_blocking)
     except ConnectionError as e:
@@ -130,10 +128,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     """``nbcluster serve deploy``: apply a config file; apps not in it are deleted."""
     import yaml
-
-    import nbcluster
-    from nbcluster import serve
-    from nbcluster.serve._config_file import ConfigError, apply_overrides, load_target, parse_config
 
     try:
         with open(args.config_file) as f:
@@ -192,9 +186,6 @@ def format_status(st: Any) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``nbcluster serve status``."""
-    import nbcluster
-    from nbcluster import serve
-
     try:
         _connect(args.address)
     except ConnectionError as e:
@@ -210,9 +201,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_shutdown(args: argparse.Namespace) -> int:
     """``nbcluster serve shutdown``."""
-    import nbcluster
-    from nbcluster import serve
-
     if not args.yes and sys.stdin.isatty():
         answer = input("This deletes every Serve application on the cluster. Continue? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):

@@ -27,6 +27,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from nbcluster.serve._deployment import Application, Deployment
 from nbcluster.serve._routing import normalize_route_prefix
 from nbcluster.serve.config import (
     DEPLOYMENT_OPTION_NAMES,
@@ -137,8 +138,6 @@ def load_target(import_path: str, args: Mapping[str, Any] | None = None, app_dir
     A builder function is called with ``args``; a Deployment is bound without arguments
     (Ray does the same for ``serve run module:Deployment``).
     """
-    from nbcluster.serve._deployment import Application, Deployment
-
     module_name, sep, attr = import_path.partition(":")
     if not sep:
         module_name, _, attr = import_path.rpartition(".")
@@ -169,8 +168,6 @@ def load_target(import_path: str, args: Mapping[str, Any] | None = None, app_dir
 
 def apply_overrides(app: Any, overrides: Mapping[str, Mapping[str, Any]]) -> Any:
     """The application with each named deployment's options replaced (``.options()``)."""
-    from nbcluster.serve._deployment import Application
-
     seen: set[str] = set()
     done: dict[int, Any] = {}  # a node bound in two places stays one deployment
 

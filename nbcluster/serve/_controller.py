@@ -6,7 +6,7 @@ machine (:mod:`._reconcile`) what to do, and does it: creates replica actors, dr
 kills them, reconfigures them in place. It pulls the replicas' metrics (autoscaling,
 statistics), health-checks them, and watches each one with a call that only returns when
 the replica dies, so a crash is replaced within milliseconds. It runs one HTTP proxy per
-node (:mod:`._proxy`). Routing tables reach routers and proxies by long polling
+node (:mod:`._proxy`, managed by :mod:`._proxy_manager`). Routing tables reach routers and proxies by long polling
 (:mod:`._longpoll`); the controller is never on a request's path.
 
 **Restarts.** The controller is a named detached actor with ``max_restarts=-1``. Its
@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import nbcluster
-from nbcluster.exceptions import ActorDiedError, TaskError
+from nbcluster.exceptions import ActorDiedError
+from nbcluster.serve._actors import await_ref, error_text, find_actor, kill, replica_actor_name
 from nbcluster.serve._autoscaling import MetricWindow, PolicyState, decide
 from nbcluster.serve._client import SERVE_NAMESPACE
 from nbcluster.serve._longpoll import LongPollHost
 from nbcluster.serve._metrics import DeploymentStats
-from nbcluster.serve._proxy import ProxyActor
+from nbcluster.serve._proxy_manager import ProxyManager
 from nbcluster.serve._reconcile import (
     DeploymentState,
     Reconfigure,
@@ -54,21 +55,18 @@ from nbcluster.serve._reconcile import (
 from nbcluster.serve._replica import Replica
 from nbcluster.serve._routing import normalize_route_prefix
 from nbcluster.serve._spec import AppSpec, DeploymentSpec
-from nbcluster.serve._watch import value_future
-from nbcluster.serve.config import HTTPOptions, ProxyLocation
+from nbcluster.serve.config import HTTPOptions
 from nbcluster.serve.schema import (
     ApplicationStatus,
     ApplicationStatusOverview,
     DeploymentStatus,
     DeploymentStatusOverview,
-    ProxyStatus,
     ReplicaDetails,
     ReplicaState,
     ServeStatus,
 )
-from nbcluster.util import NodeAffinitySchedulingStrategy
 
-__all__ = ["ControllerCore", "ServeController", "replica_actor_name"]
+__all__ = ["ControllerCore", "ServeController"]
 
 CONTROL_PERIOD_S = 0.05
 METRICS_PERIOD_S = 0.5
@@ -76,18 +74,6 @@ PROXY_CHECK_PERIOD_S = 2.0
 HEALTH_FAILURE_THRESHOLD = 3
 
 Key = tuple[str, str]
-
-
-def replica_actor_name(app: str, deployment: str, replica_id: str) -> str:
-    """The actor name of a replica (Ray's ``SERVE_REPLICA::`` prefix)."""
-    return f"SERVE_REPLICA::{app}#{deployment}#{replica_id}"
-
-
-async def _await(ref: Any, timeout: float | None = None) -> Any:
-    fut = asyncio.wrap_future(value_future(ref))
-    if timeout is None:
-        return await fut
-    return await asyncio.wait_for(fut, timeout)
 
 
 @dataclasses.dataclass
@@ -116,7 +102,7 @@ class ControllerCore:
         self.stats: dict[Key, DeploymentStats] = {}
         self.windows: dict[Key, MetricWindow] = {}
         self.policy: dict[Key, PolicyState] = {}
-        self.proxies: dict[str, dict[str, Any]] = {}
+        self.proxies = ProxyManager(http, node_id, self.dir, self._spawn, self._wake)
         self.lp = LongPollHost()
         self.wake = asyncio.Event()
         self.changed = asyncio.Event()
@@ -124,7 +110,7 @@ class ControllerCore:
         self.stopping = False
         self._replica_sig = ""
         self._last_metrics = 0.0
-        self._last_proxies = -PROXY_CHECK_PERIOD_S
+        self._last_proxies = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -175,9 +161,10 @@ class ControllerCore:
             self._last_metrics = now
             self._spawn(self._pull_metrics())
         self._health_checks(now)
-        if now - self._last_proxies >= PROXY_CHECK_PERIOD_S:
+        if self.proxies.due or now - self._last_proxies >= PROXY_CHECK_PERIOD_S:
             self._last_proxies = now
-            self._spawn(self._ensure_proxies())
+            self.proxies.due = False
+            self._spawn(self.proxies.ensure())
 
     # -- deploy / delete ---------------------------------------------------------------------
     def deploy(self, spec: AppSpec) -> None:
@@ -276,17 +263,16 @@ class ControllerCore:
         return True
 
     async def wait_for_proxies(self, timeout_s: float) -> dict[str, str]:
-        """Wait until no proxy is starting (and the first one was tried); their URLs."""
+        """Wait until the proxies tried so far have started; their URLs."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while loop.time() < deadline:
-            enabled = self.http.host is not None and self.http.location != ProxyLocation.Disabled
-            starting = any(p["status"] == ProxyStatus.STARTING for p in self.proxies.values())
-            if not enabled or (self.proxies and not starting):
-                break
+        while not self.proxies.ready() and loop.time() < deadline:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - loop.time()))
-        return {n: p["url"] for n, p in self.proxies.items() if p["url"]}
+        return self.proxies.urls()
+
+    def _wake(self) -> None:
+        self.wake.set()
 
     def _app_status(self, name: str) -> tuple[str, str]:
         app = self.apps.get(name)
@@ -317,11 +303,7 @@ class ControllerCore:
         self.delete(list(self.apps))
         await self.wait_for_gone(list(self.apps), 60)
         self.stopping = True
-        for node_id, proxy in list(self.proxies.items()):
-            with contextlib.suppress(Exception):
-                await _await(proxy["handle"].prepare_for_shutdown.remote(), 5)
-            await _kill(proxy["handle"])
-            self.proxies.pop(node_id, None)
+        await self.proxies.shutdown()
         for name in ("apps.pkl", "replicas.json", "proxies.json"):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
@@ -361,11 +343,11 @@ class ControllerCore:
             return
         self.handles[action.replica_id] = handle
         try:
-            info = await _await(handle.ready.remote())
+            info = await await_ref(handle.ready.remote())
         except Exception as e:  # noqa: BLE001 - the constructor (or reconfigure) raised
-            ds.on_start_failed(action.replica_id, _error_text(e), time.monotonic())
+            ds.on_start_failed(action.replica_id, error_text(e), time.monotonic())
             self.handles.pop(action.replica_id, None)
-            await _kill(handle)
+            await kill(handle)
             self.wake.set()
             return
         ds.on_started(action.replica_id, time.monotonic(), info.get("pid"), info.get("node_id"))
@@ -376,7 +358,7 @@ class ControllerCore:
     async def _watch_replica(self, key: Key, replica_id: str, handle: Any) -> None:
         """Returns when the replica's process is gone; a death of a live replica is replaced."""
         with contextlib.suppress(Exception):
-            await _await(handle.wait_until_stopped.remote())
+            await await_ref(handle.wait_until_stopped.remote())
         ds = self.deps.get(key)
         if ds is None or replica_id not in ds.replicas:
             return
@@ -393,8 +375,8 @@ class ControllerCore:
             if action.graceful and ds is not None:
                 timeout = ds.target.config.graceful_shutdown_timeout_s if ds.target else 20.0
                 with contextlib.suppress(Exception):
-                    await _await(handle.prepare_for_shutdown.remote(), timeout + 5)
-            await _kill(handle)
+                    await await_ref(handle.prepare_for_shutdown.remote(), timeout + 5)
+            await kill(handle)
         self.handles.pop(action.replica_id, None)
         self.health.pop(action.replica_id, None)
         stats = self.stats.get(key)
@@ -411,9 +393,9 @@ class ControllerCore:
         if handle is None or ds is None or spec is None:
             return
         try:
-            await _await(handle.reconfigure.remote(spec.light()))
+            await await_ref(handle.reconfigure.remote(spec.light()))
         except Exception as e:  # noqa: BLE001 - a failing reconfigure replaces the replica
-            ds.on_died(action.replica_id, f"reconfigure failed: {_error_text(e)}")
+            ds.on_died(action.replica_id, f"reconfigure failed: {error_text(e)}")
             self._spawn(self._stop_replica(key, Stop(action.replica_id, graceful=False)))
         else:
             ds.on_reconfigured(action.replica_id, action.config_version)
@@ -426,7 +408,7 @@ class ControllerCore:
         if handle is None or ds is None:
             return
         try:
-            await _await(handle.get_metrics.remote(), 5)
+            await await_ref(handle.get_metrics.remote(), 5)
         except Exception:  # noqa: BLE001 - it is gone
             if replica_id in ds.replicas and ds.replicas[replica_id].state != ReplicaState.STOPPING:
                 ds.on_died(replica_id, f"replica {replica_id} died")
@@ -452,13 +434,13 @@ class ControllerCore:
             return
         record = ds.replicas[replica_id]
         try:
-            await _await(handle.check_health.remote(), timeout)
+            await await_ref(handle.check_health.remote(), timeout)
             record.health_failures = 0
         except Exception as e:  # noqa: BLE001 - unhealthy
             record.health_failures += 1
             if record.health_failures >= HEALTH_FAILURE_THRESHOLD or isinstance(e, ActorDiedError):
                 ds.on_died(
-                    replica_id, f"replica {replica_id} failed its health check: {_error_text(e)}"
+                    replica_id, f"replica {replica_id} failed its health check: {error_text(e)}"
                 )
                 self._spawn(self._stop_replica(key, Stop(replica_id, graceful=False)))
                 self.wake.set()
@@ -467,7 +449,7 @@ class ControllerCore:
     async def _pull_metrics(self) -> None:
         async def one(key: Key, rid: str, handle: Any) -> None:
             try:
-                metrics = await _await(handle.get_metrics.remote(), 5)
+                metrics = await await_ref(handle.get_metrics.remote(), 5)
             except Exception:  # noqa: BLE001 - the death watch handles dead replicas
                 return
             stats = self.stats.get(key)
@@ -528,69 +510,6 @@ class ControllerCore:
         except Exception:  # noqa: BLE001 - unknown: assume no room (replace one by one)
             return 0
         return int(min(available.get(k, 0.0) / v for k, v in shape.items()) + 1e-9)
-
-    # -- proxies -------------------------------------------------------------------------------
-    async def _ensure_proxies(self) -> None:
-        location = self.http.location or ProxyLocation.EveryNode
-        if self.stopping or self.http.host is None or location == ProxyLocation.Disabled:
-            return
-        if location == ProxyLocation.HeadOnly:
-            wanted = {self.node_id}
-        else:
-            try:
-                nodes = await asyncio.to_thread(nbcluster.nodes)
-            except Exception:  # noqa: BLE001 - try again at the next check
-                return
-            wanted = {n["NodeID"] for n in nodes if n["Alive"]}
-        for node_id in list(self.proxies):
-            if node_id not in wanted:
-                await _kill(self.proxies.pop(node_id)["handle"])
-        started = [self._start_proxy(n) for n in wanted if n not in self.proxies]
-        if started:
-            await asyncio.gather(*started)
-            self._save_proxies()
-
-    async def _start_proxy(self, node_id: str) -> None:
-        name = f"SERVE_PROXY::{node_id}"
-        self.proxies[node_id] = {"handle": None, "url": "", "status": ProxyStatus.STARTING}
-        try:
-            handle = await asyncio.to_thread(_find_actor, name)
-            if handle is None:
-                handle = await asyncio.to_thread(
-                    nbcluster.remote(ProxyActor)
-                    .options(
-                        name=name,
-                        namespace=SERVE_NAMESPACE,
-                        lifetime="detached",
-                        num_cpus=0,
-                        get_if_exists=True,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                    )
-                    .remote,
-                    self.http,
-                )
-            info = await _await(handle.ready.remote(), 60)
-        except Exception:  # noqa: BLE001 - retried at the next check
-            traceback.print_exc()
-            self.proxies.pop(node_id, None)
-            return
-        self.proxies[node_id] = {
-            "handle": handle,
-            "url": info["url"],
-            "pid": info["pid"],
-            "status": ProxyStatus.HEALTHY,
-        }
-        self._spawn(self._watch_proxy(node_id, handle))
-        self.wake.set()
-
-    async def _watch_proxy(self, node_id: str, handle: Any) -> None:
-        with contextlib.suppress(Exception):
-            await _await(handle.wait_until_stopped.remote())
-        if not self.stopping and self.proxies.get(node_id, {}).get("handle") == handle:
-            self.proxies.pop(node_id, None)
-            self._last_proxies = -PROXY_CHECK_PERIOD_S  # restart it now
-            self._save_proxies()
-            self.wake.set()
 
     # -- publishing and status -----------------------------------------------------------------
     def _publish_all(self) -> None:
@@ -674,10 +593,10 @@ class ControllerCore:
                 ingress_deployment=app.ingress,
             )
         return ServeStatus(
-            proxies={n: p["status"] for n, p in self.proxies.items()},
+            proxies=self.proxies.statuses(),
             applications=apps,
-            proxy_urls={n: p["url"] for n, p in self.proxies.items() if p["url"]},
-            proxy_pids={n: p["pid"] for n, p in self.proxies.items() if p.get("pid")},
+            proxy_urls=self.proxies.urls(),
+            proxy_pids=self.proxies.pids(),
         )
 
     # -- persistence ---------------------------------------------------------------------------
@@ -714,10 +633,6 @@ class ControllerCore:
             self._replica_sig = sig
             self._write("replicas.json", sig.encode())
 
-    def _save_proxies(self) -> None:
-        urls = [{"node_id": n, "url": p["url"]} for n, p in self.proxies.items() if p["url"]]
-        self._write("proxies.json", json.dumps(urls).encode())
-
     async def _recover(self) -> None:
         try:
             state = pickle.loads((self.dir / "apps.pkl").read_bytes())
@@ -753,17 +668,15 @@ class ControllerCore:
 
     async def _recover_replica(self, key: Key, replica_id: str) -> None:
         ds = self.deps[key]
-        handle = await asyncio.to_thread(
-            _find_actor, replica_actor_name(key[0], key[1], replica_id)
-        )
+        handle = await asyncio.to_thread(find_actor, replica_actor_name(key[0], key[1], replica_id))
         alive = False
         info: dict[str, Any] = {}
         if handle is not None:
             try:
-                info = await _await(handle.info.remote(), 10)
+                info = await await_ref(handle.info.remote(), 10)
                 alive = True
             except Exception:  # noqa: BLE001 - not answering: replaced
-                await _kill(handle)
+                await kill(handle)
         if alive:
             self.handles[replica_id] = handle
             self.health[replica_id] = time.monotonic()
@@ -785,29 +698,6 @@ def _shape(options: dict[str, Any]) -> dict[str, float]:
     }
     shape.update({k: float(v) for k, v in (options.get("resources") or {}).items()})
     return {k: v for k, v in shape.items() if v > 0}
-
-
-def _find_actor(name: str) -> Any:
-    try:
-        return nbcluster.get_actor(name, namespace=SERVE_NAMESPACE)
-    except ValueError:
-        return None
-
-
-async def _kill(handle: Any) -> None:
-    if handle is None:
-        return
-    with contextlib.suppress(Exception):
-        await asyncio.to_thread(nbcluster.kill, handle)
-
-
-def _error_text(err: BaseException) -> str:
-    cause = getattr(err, "cause", None)
-    if isinstance(err, ActorDiedError) and cause is not None:
-        return str(cause)
-    if isinstance(err, TaskError):
-        return str(err)
-    return f"{type(err).__name__}: {err}"
 
 
 class ServeController:

@@ -19,6 +19,7 @@ import string
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -117,12 +118,20 @@ def summary_text(app: str, overview: ApplicationStatusOverview | None, url: str 
 class ServeWidget:
     """Live view of one Serve application (see the module docstring)."""
 
-    def __init__(self, app: str, url: str = "", *, autostart: bool = True) -> None:
+    def __init__(
+        self,
+        app: str,
+        url: str = "",
+        *,
+        fetch: Callable[[], ServeStatus] | None = None,
+        autostart: bool = True,
+    ) -> None:
         import ipywidgets
         import plotly.graph_objects as go
 
         self.app = app
         self.url = url
+        self._fetch = fetch
         self.overview: ApplicationStatusOverview | None = None
         self._history: deque[tuple[float, float, float | None, float | None]] = deque(
             maxlen=HISTORY
@@ -175,19 +184,18 @@ class ServeWidget:
             self._stop.set()
 
     def _run(self) -> None:
-        from nbcluster.serve._api import status
-
         while not self._stop.wait(PERIOD_S):
             try:
-                self.update(status())
+                self.refresh()
             except Exception:  # noqa: BLE001 - the cluster went away: stop quietly
                 self._stop.set()
 
     def refresh(self) -> None:
-        """Read ``serve.status()`` once and redraw (what the thread does twice a second)."""
-        from nbcluster.serve._api import status
-
-        self.update(status())
+        """Read the status once (``fetch``, i.e. ``serve.status``) and redraw; the thread does
+        this twice a second."""
+        if self._fetch is None:
+            raise RuntimeError("this widget has no status source: pass fetch=serve.status")
+        self.update(self._fetch())
 
     def update(self, st: ServeStatus) -> None:
         """Redraw from a status snapshot."""
@@ -235,14 +243,14 @@ class ServeWidget:
         return summary_text(self.app, self.overview, self.url)
 
 
-def show(app: str, url: str) -> ServeWidget | None:
+def show(app: str, url: str, fetch: Callable[[], ServeStatus]) -> ServeWidget | None:
     """Display a new live widget for ``app`` under the current cell (the previous one for
     the same app stops updating)."""
     try:
         from IPython.display import display
     except ImportError:
         return None
-    widget = ServeWidget(app, url)
+    widget = ServeWidget(app, url, fetch=fetch)
     with _live_lock:
         old = _live.get(app)
         _live[app] = widget

@@ -314,7 +314,7 @@ def test_live_widget_shows_deployments_replicas_and_traffic(serve_cluster: Any) 
     from nbcluster.serve._widget import ServeWidget
 
     handle = serve.run(Counter.bind(0), name="widget", route_prefix="/w", _display=False)
-    w = ServeWidget("widget", "http://example/w", autostart=False)
+    w = ServeWidget("widget", "http://example/w", fetch=serve.status, autostart=False)
     w.refresh()
     assert "Counter" in w.table.value and "RUNNING" in w.table.value
     assert "1 running (target 1)" in w.table.value
