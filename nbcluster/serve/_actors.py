@@ -20,9 +20,10 @@ def replica_actor_name(app: str, deployment: str, replica_id: str) -> str:
     return f"SERVE_REPLICA::{app}#{deployment}#{replica_id}"
 
 
-async def await_ref(ref: Any, timeout: float | None = None) -> Any:
-    """The value of an actor call's ref, awaited without a thread per ref."""
-    fut = asyncio.wrap_future(value_future(ref))
+async def await_ref(ref: Any, timeout: float | None = None, *, slow: bool = False) -> Any:
+    """The value of an actor call's ref, awaited without a thread per ref (``slow``: it is
+    expected to stay pending for long; see ``_watch``)."""
+    fut = asyncio.wrap_future(value_future(ref, slow=slow))
     if timeout is None:
         return await fut
     return await asyncio.wait_for(fut, timeout)

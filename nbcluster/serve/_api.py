@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import sys
 import threading
 import time
+import urllib.request
 from typing import Any
 
 import nbcluster
@@ -178,10 +180,34 @@ def jupyter_path(prefix: str | None) -> str:
     )
 
 
+def _wait_for_route(st: ServeStatus, prefix: str, app: str | None, timeout_s: float = 10.0) -> None:
+    """Wait until this node's proxy routes ``prefix`` to ``app`` (None: to nothing).
+
+    Proxies learn the route table by long polling (within about 50 ms); this makes
+    ``serve.run`` and ``serve.delete`` return only once a request sent right after them
+    sees the change.
+    """
+    base = app_url("", "/", st)
+    if not base:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base + "-/routes", timeout=5) as r:
+                routes = json.loads(r.read())
+        except (OSError, ValueError):
+            routes = None
+        if routes is not None and routes.get(prefix) == app:
+            return
+        time.sleep(0.005)
+
+
 def _announce(controller: Any, name: str, prefix: str | None) -> str:
     if prefix is not None:
         _call(controller.wait_for_proxies.remote(30.0))
     st = _call(controller.get_status.remote())
+    if prefix is not None:
+        _wait_for_route(st, prefix, name)
     url = app_url(name, prefix, st)
     if url:
         print(f"Application {name!r} is ready at {url}")
@@ -200,11 +226,15 @@ def delete(name: str, _blocking: bool = True) -> None:
     controller = _client.controller_handle(required=False)
     if controller is None:
         return
+    st = _call(controller.get_status.remote())
+    app = st.applications.get(name)
     if (
         not _call(controller.delete_applications.remote([name], 60.0 if _blocking else 0.0))
         and _blocking
     ):
         raise TimeoutError(f"application {name!r} was not deleted within 60 s")
+    if _blocking and app is not None and app.route_prefix is not None:
+        _wait_for_route(st, app.route_prefix, None)
 
 
 def status() -> ServeStatus:

@@ -358,7 +358,7 @@ class ControllerCore:
     async def _watch_replica(self, key: Key, replica_id: str, handle: Any) -> None:
         """Returns when the replica's process is gone; a death of a live replica is replaced."""
         with contextlib.suppress(Exception):
-            await await_ref(handle.wait_until_stopped.remote())
+            await await_ref(handle.wait_until_stopped.remote(), slow=True)
         ds = self.deps.get(key)
         if ds is None or replica_id not in ds.replicas:
             return

@@ -127,7 +127,8 @@ class ProxyActor:
             try:
                 controller = controller_handle()
                 ref = controller.listen_for_change.remote({"routes": self._known})
-                updates = await asyncio.wrap_future(value_future(ref))
+                slow = self._known is not None  # the first answer comes at once
+                updates = await asyncio.wrap_future(value_future(ref, slow=slow))
             except Exception:  # noqa: BLE001 - the controller is restarting
                 failures += 1
                 await asyncio.sleep(min(0.05 * failures, 1.0))

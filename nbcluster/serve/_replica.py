@@ -46,6 +46,7 @@ from nbcluster.serve._multiplex import loaded_model_ids
 __all__ = ["REJECTED", "Rejected", "Replica", "current_instance", "make_spec"]
 
 _MAX_SAMPLES = 4096
+_PROPAGATION_S = 0.2
 
 
 class Rejected:
@@ -192,14 +193,17 @@ class Replica:
     async def prepare_for_shutdown(self) -> None:
         """Drain: refuse new requests (routers re-route them), wait for ongoing ones.
 
-        Waits at least a moment for requests already on their way, then until none is
-        ongoing, for at most ``graceful_shutdown_timeout_s``; then runs the user's
-        ``__del__``.
+        Waits 0.2 s for requests already on their way (they are sent back to their router),
+        then until none is ongoing (checking every 10 ms rather than every
+        ``graceful_shutdown_wait_loop_s``), for at most ``graceful_shutdown_timeout_s``;
+        then runs the user's ``__del__``.
         """
         self._draining = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + float(self._light["graceful_shutdown_timeout_s"])
-        await asyncio.sleep(min(float(self._light["graceful_shutdown_wait_loop_s"]), 0.1))
+        # Routers learn of the drain within ~50 ms (their long poll); until then a request that
+        # still arrives is sent back (REJECTED) and goes elsewhere. Wait that out first.
+        await asyncio.sleep(_PROPAGATION_S)
         while self._ongoing > 0 and loop.time() < deadline:
             await asyncio.sleep(0.01)
         delete = getattr(self._instance, "__del__", None)

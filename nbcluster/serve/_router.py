@@ -273,7 +273,8 @@ class Router:
         while not self._closed:
             try:
                 ref = self._controller.listen_for_change.remote({key: self._known})
-                updates = value_future(ref).result()
+                # The first answer comes at once; later ones only when something changes.
+                updates = value_future(ref, slow=self._known is not None).result()
             except Exception:  # noqa: BLE001 - the controller is restarting or gone
                 failures += 1
                 if self._closed:

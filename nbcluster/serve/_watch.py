@@ -11,7 +11,8 @@ of all of the process's outstanding refs with :func:`nbcluster.state.ref_info` (
 lookup, about 1 µs each), sleeping 50 µs between rounds while answers keep coming (within
 5 ms of the last one), then longer (up to 1 ms, and 5 ms after 50 ms of quiet), and runs
 each ready ref's callbacks once. It sleeps on an event while nothing is outstanding, so
-an idle process costs nothing. When the core gets a callback-based ``await``, only this
+an idle process costs nothing; refs expected to stay pending for long (long polls, death
+watches) are checked only 20 times a second. When the core gets a callback-based ``await``, only this
 module changes.
 
 Callbacks run on the watcher thread: they must be quick (set a future, schedule on a
@@ -39,27 +40,39 @@ _BUSY_FOR = 0.005
 _MAX_DELAY = 1e-3
 _IDLE_DELAY = 5e-3
 _IDLE_AFTER = 0.05
+SLOW_PERIOD_S = 0.05
 
 
 class Watcher:
-    """Calls ``callback(ref)`` on its thread once ``ref`` is ready (value or error)."""
+    """Calls ``callback(ref)`` on its thread once ``ref`` is ready (value or error).
 
-    def __init__(self) -> None:
+    ``slow=True`` marks a ref that is expected to stay pending for long (a long poll, a
+    death watch): those are checked every ``SLOW_PERIOD_S`` only, so a process whose only
+    outstanding refs are slow wakes 20 times a second, not thousands.
+    """
+
+    def __init__(self, is_ready: Callable[[Any], bool] | None = None) -> None:
+        self._is_ready = is_ready or _ref_ready
         self._lock = threading.Lock()
         self._pending: dict[Any, list[Callable[[Any], None]]] = {}
+        self._slow: set[Any] = set()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nbcluster-serve-watch", daemon=True)
         self._thread.start()
 
-    def watch(self, ref: Any, callback: Callable[[Any], None]) -> None:
+    def watch(self, ref: Any, callback: Callable[[Any], None], *, slow: bool = False) -> None:
         """Run ``callback(ref)`` once ``ref`` is ready (thread-safe)."""
         with self._lock:
             callbacks = self._pending.get(ref)
             if callbacks is None:
                 self._pending[ref] = [callback]
+                if slow:
+                    self._slow.add(ref)
             else:
                 callbacks.append(callback)
-        self._wake.set()
+                if not slow:
+                    self._slow.discard(ref)
+        self._wake.set()  # a slow ref too: the thread may be asleep with nothing to watch
 
     def pending(self) -> int:
         """Refs being watched."""
@@ -68,39 +81,50 @@ class Watcher:
     def _run(self) -> None:
         delay = _MIN_DELAY
         quiet_since = time.monotonic()
+        last_slow = 0.0
         while True:
+            now = time.monotonic()
             with self._lock:
-                refs = list(self._pending)
-                if not refs:
+                check_slow = now - last_slow >= SLOW_PERIOD_S
+                refs = [r for r in self._pending if check_slow or r not in self._slow]
+                fast = len(self._pending) > len(self._slow)
+                if not fast:
                     self._wake.clear()
-            if not refs:
-                self._wake.wait()
+            if check_slow:
+                last_slow = now
+            ready = [ref for ref in refs if self._is_ready(ref)]
+            if ready:
+                delay, quiet_since = _MIN_DELAY, time.monotonic()
+                self._fire(ready)
+                continue
+            if not fast:  # only slow refs (or none): sleep until a fast one comes
+                self._wake.wait(SLOW_PERIOD_S if self._pending else None)
                 delay, quiet_since = _MIN_DELAY, time.monotonic()
                 continue
-            ready = []
-            for ref in refs:
-                info = ref_info(ref)
-                if info is None or info.state != "pending":
-                    ready.append(ref)
-            if not ready:
-                time.sleep(delay)
-                quiet = time.monotonic() - quiet_since
-                if quiet < _BUSY_FOR:
-                    delay = _MIN_DELAY
-                elif quiet < _IDLE_AFTER:
-                    delay = min(max(delay, _BUSY_DELAY) * 1.5, _MAX_DELAY)
-                else:
-                    delay = _IDLE_DELAY
-                continue
-            delay, quiet_since = _MIN_DELAY, time.monotonic()
-            for ref in ready:
-                with self._lock:
-                    callbacks = self._pending.pop(ref, [])
-                for cb in callbacks:
-                    try:
-                        cb(ref)
-                    except Exception:  # noqa: BLE001 - a callback's bug must not stop the watcher
-                        traceback.print_exc()
+            time.sleep(delay)
+            quiet = time.monotonic() - quiet_since
+            if quiet < _BUSY_FOR:
+                delay = _MIN_DELAY
+            elif quiet < _IDLE_AFTER:
+                delay = min(max(delay, _BUSY_DELAY) * 1.5, _MAX_DELAY)
+            else:
+                delay = _IDLE_DELAY
+
+    def _fire(self, ready: list[Any]) -> None:
+        for ref in ready:
+            with self._lock:
+                callbacks = self._pending.pop(ref, [])
+                self._slow.discard(ref)
+            for cb in callbacks:
+                try:
+                    cb(ref)
+                except Exception:  # noqa: BLE001 - a callback's bug must not stop the watcher
+                    traceback.print_exc()
+
+
+def _ref_ready(ref: Any) -> bool:
+    info = ref_info(ref)
+    return info is None or info.state != "pending"
 
 
 _watcher: Watcher | None = None
@@ -119,7 +143,7 @@ def watcher() -> Watcher:
     return _watcher
 
 
-def value_future(ref: Any) -> concurrent.futures.Future[Any]:
+def value_future(ref: Any, *, slow: bool = False) -> concurrent.futures.Future[Any]:
     """A future with ``ref``'s value (or its error), resolved by the watcher."""
     fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -131,5 +155,5 @@ def value_future(ref: Any) -> concurrent.futures.Future[Any]:
         else:
             fut.set_result(value)
 
-    watcher().watch(ref, done)
+    watcher().watch(ref, done, slow=slow)
     return fut

@@ -302,3 +302,36 @@ def test_importing_serve_imports_no_widget_or_http_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_watcher_fires_fast_and_slow_refs_and_wakes_for_either() -> None:
+    import threading
+    import time
+
+    from nbcluster.serve._watch import SLOW_PERIOD_S, Watcher
+
+    ready: set[str] = set()
+    fired: dict[str, float] = {}
+    done = threading.Event()
+    w = Watcher(is_ready=lambda ref: ref in ready)
+
+    def cb(ref: str) -> None:
+        fired[ref] = time.monotonic()
+        if len(fired) == 3:
+            done.set()
+
+    w.watch("fast", cb)
+    ready.add("fast")
+    deadline = time.monotonic() + 5
+    while "fast" not in fired and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert "fast" in fired
+    time.sleep(0.05)  # the watcher is asleep: nothing is pending
+    start = time.monotonic()
+    w.watch("slow1", cb, slow=True)  # must wake it even so
+    ready.add("slow1")
+    w.watch("slow2", cb, slow=True)
+    ready.add("slow2")
+    assert done.wait(5), fired
+    assert fired["slow1"] - start < SLOW_PERIOD_S * 4
+    assert w.pending() == 0
