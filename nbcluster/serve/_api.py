@@ -68,9 +68,11 @@ def start(
 
     ``http_options``: where proxies listen (default ``127.0.0.1:8000``; ``port=0`` picks a
     free port). ``proxy_location``: ``"EveryNode"`` (default), ``"HeadOnly"`` or
-    ``"Disabled"``. If Serve is already running, its options stay as they are.
+    ``"Disabled"``. If Serve is already running, its options stay as they are. Returns
+    once the proxies listen.
     """
-    _start(http_options, proxy_location)
+    controller = _start(http_options, proxy_location)
+    _call(controller.wait_for_proxies.remote(30.0))
 
 
 def _start(http_options: Any = None, proxy_location: Any = None) -> Any:

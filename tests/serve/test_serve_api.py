@@ -164,6 +164,18 @@ def test_http_routes_and_errors(serve_cluster: Any, serve_url: str) -> None:
         r = c.get("/b")
         assert r.status_code == 500
         assert "Traceback" not in r.text and "do not show" not in r.text
+        # ... and the traceback is in the replica's log.
+        logs = nbcluster.get_runtime_context().session_dir / "logs"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if any(
+                "RuntimeError: do not show this to the client" in p.read_text(errors="replace")
+                for p in logs.glob("worker-*.log")
+            ):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the handler's traceback is not in any worker log")
         assert c.get("/-/routes").json() == {"/a": "a", "/b": "b"}
         assert c.get("/-/healthz").text == "success"
         # keep-alive: one connection serves many requests
