@@ -30,6 +30,7 @@ from typing import Any
 
 import nbcluster
 from nbcluster.exceptions import ActorError
+from nbcluster.serve._client import session_key
 from nbcluster.serve._replica import Rejected
 from nbcluster.serve._routing import ReplicaSlot, choose_replica
 from nbcluster.serve._watch import value_future, watcher
@@ -105,6 +106,7 @@ class Router:
         self._unavailable: str = ""
         self._known: Any = None
         self._closed = False
+        self._session = session_key()
         self.updated = threading.Event()
         self._thread = threading.Thread(
             target=self._listen, name=f"serve-router-{app}-{deployment}", daemon=True
@@ -277,7 +279,7 @@ class Router:
                 updates = value_future(ref, slow=self._known is not None).result()
             except Exception:  # noqa: BLE001 - the controller is restarting or gone
                 failures += 1
-                if self._closed:
+                if self._closed or not self._same_session():
                     return
                 time.sleep(min(0.05 * failures, 1.0))
                 continue
@@ -316,6 +318,13 @@ class Router:
             _fail(req, DeploymentUnavailableError(self.deployment, self.app, self._unavailable))
         self.updated.set()
         self._pump()
+
+    def _same_session(self) -> bool:
+        """False once this process left the cluster the router was made for."""
+        try:
+            return nbcluster.is_initialized() and session_key() == self._session
+        except Exception:  # noqa: BLE001 - disconnected
+            return False
 
     def close(self) -> None:
         """Stop listening (the requests already sent still complete)."""
