@@ -16,8 +16,11 @@ import concurrent.futures
 import threading
 from typing import Any
 
+import nbcluster
+from nbcluster.exceptions import ActorError, GetTimeoutError
 from nbcluster.serve._client import controller_handle, session_key
 from nbcluster.serve._context import current_replica
+from nbcluster.serve._replica import Rejected
 from nbcluster.serve._router import Request, Router
 
 __all__ = ["DeploymentHandle", "DeploymentResponse", "get_router", "reset_routers"]
@@ -74,8 +77,24 @@ class DeploymentResponse:
                 "Sync methods should not be called from within an `asyncio` event loop. "
                 "Use `await response` instead."
             )
+        req = self._request
+        sent = req.sent
+        if sent is not None and not req.result.done() and current_replica() is None:
+            # Wait on the ref itself (the core wakes us the moment it is answered) rather than
+            # for the watcher thread to notice; the watcher still does the router's accounting.
+            try:
+                value = nbcluster.get(sent, timeout=timeout_s)
+            except GetTimeoutError:
+                raise TimeoutError(
+                    f"Timed out waiting for the result of request {self.request_id} after {timeout_s}s"
+                ) from None
+            except ActorError:
+                pass  # the router decides (the replica died): wait for its verdict below
+            else:
+                if type(value) is not Rejected:
+                    return value
         try:
-            return self._request.result.result(timeout=timeout_s)
+            return req.result.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(
                 f"Timed out waiting for the result of request {self.request_id} after {timeout_s}s"

@@ -63,6 +63,7 @@ class Request:
         "request_id",
         "result",
         "ref",
+        "sent",
         "reroutes",
         "cancelled",
         "__weakref__",
@@ -85,6 +86,7 @@ class Request:
         self.request_id = request_id or new_request_id()
         self.result: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.ref: Any = None  # the ref of the answer that completed it
+        self.sent: Any = None  # the ref of the latest attempt
         self.reroutes = 0
         self.cancelled = False
 
@@ -192,6 +194,7 @@ class Router:
             _fail(req, e)
             self._pump()
             return
+        req.sent = ref
         watcher().watch(ref, lambda r: self._done(req, slot, r))
 
     def _done(self, req: Request, slot: ReplicaSlot, ref: Any) -> None:
