@@ -240,6 +240,31 @@ def test_rolling_redeploy_and_scale_down_under_load_fail_nothing(
     wait_for(lambda: len(serve.status().applications["roll"].deployments["Model"].replicas) == 1)
 
 
+def test_redeploy_without_room_for_both_versions_fails_nothing(
+    serve_cluster: Any, serve_url: str
+) -> None:
+    """2 replicas of 1 CPU each on the 2-CPU cluster: no room to start the new version
+    beside the old one, so replicas are replaced one at a time; the other keeps serving."""
+
+    def make(version: str) -> Any:
+        @serve.deployment(ray_actor_options={"num_cpus": 1}, num_replicas=2, name="Tight")
+        class Tight:
+            def __call__(self, request: Any) -> str:
+                return version
+
+        return Tight
+
+    serve.run(make("v1").bind(), name="tight", route_prefix="/tight", _display=False)
+    load = Background(f"{serve_url}/tight", concurrency=4)
+    time.sleep(0.3)
+    serve.run(make("v2").bind(), name="tight", route_prefix="/tight", _display=False)
+    time.sleep(0.3)
+    result = load.stop()
+    assert result.errors == 0 and set(result.statuses) == {200}, result.statuses
+    with httpx.Client(timeout=30) as c:
+        assert {c.get(f"{serve_url}/tight").text for _ in range(10)} == {"v2"}
+
+
 def test_scale_down_drains_in_flight_requests(serve_cluster: Any) -> None:
     @serve.deployment(ray_actor_options=NO_CPU, num_replicas=3, name="Slow")
     class Slow:
