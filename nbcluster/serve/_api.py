@@ -69,10 +69,10 @@ def start(
     ``http_options``: where proxies listen (default ``127.0.0.1:8000``; ``port=0`` picks a
     free port). ``proxy_location``: ``"EveryNode"`` (default), ``"HeadOnly"`` or
     ``"Disabled"``. If Serve is already running, its options stay as they are. Returns
-    once the proxies listen.
+    once the controller runs; the proxies start in the background (``serve.run`` waits
+    for them before it prints the URL).
     """
-    controller = _start(http_options, proxy_location)
-    _call(controller.wait_for_proxies.remote(30.0))
+    _start(http_options, proxy_location)
 
 
 def _start(http_options: Any = None, proxy_location: Any = None) -> Any:

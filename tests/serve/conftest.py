@@ -8,6 +8,7 @@ leftover processes. Replicas in these tests ask for 0 CPUs so several fit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,10 @@ def serve_cluster(_serve_module: Any) -> Iterator[Any]:
 @pytest.fixture
 def serve_url(serve_cluster: Any) -> str:
     """The URL of this node's proxy."""
+    deadline = time.monotonic() + 30
     st = serve.status()
+    while not st.proxy_urls and time.monotonic() < deadline:  # serve.start does not wait
+        time.sleep(0.05)
+        st = serve.status()
     here = nbcluster.get_runtime_context().get_node_id()
     return st.proxy_urls.get(here) or next(iter(st.proxy_urls.values()))
