@@ -127,7 +127,6 @@ class ServeWidget:
         autostart: bool = True,
     ) -> None:
         import ipywidgets
-        import plotly.graph_objects as go
 
         self.app = app
         self.url = url
@@ -140,7 +139,24 @@ class ServeWidget:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.table = ipywidgets.HTML(render_app(app, None, url))
-        self.figure = go.FigureWidget(
+        self.figure: Any = None
+        self.widget = ipywidgets.VBox([self.table])
+        self.widget.observe(self._on_comm, names="comm")
+        self._thread: threading.Thread | None = None
+        if autostart:
+            # The first plotly FigureWidget of a process takes seconds to build (plotly loads
+            # its validators): the table shows at once, the chart joins when it is ready.
+            self._thread = threading.Thread(
+                target=self._run, name=f"serve-widget-{app}", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._add_figure()
+
+    def _add_figure(self) -> None:
+        import plotly.graph_objects as go
+
+        figure = go.FigureWidget(
             data=[
                 go.Scatter(name="requests/s", mode="lines", line={"color": "#1f77b4"}),
                 go.Scatter(name="p50 ms", mode="lines", yaxis="y2", line={"color": "#2ca02c"}),
@@ -165,14 +181,9 @@ class ServeWidget:
                 legend={"orientation": "h", "y": 1.15},
             ),
         )
-        self.widget = ipywidgets.VBox([self.table, self.figure])
-        self.widget.observe(self._on_comm, names="comm")
-        self._thread: threading.Thread | None = None
-        if autostart:
-            self._thread = threading.Thread(
-                target=self._run, name=f"serve-widget-{app}", daemon=True
-            )
-            self._thread.start()
+        with self._lock:
+            self.figure = figure
+            self.widget.children = (self.table, figure)
 
     @property
     def live(self) -> bool:
@@ -184,6 +195,12 @@ class ServeWidget:
             self._stop.set()
 
     def _run(self) -> None:
+        try:
+            self.refresh()
+            if not self._stop.is_set():
+                self._add_figure()
+        except Exception:  # noqa: BLE001 - the cluster went away: stop quietly
+            self._stop.set()
         while not self._stop.wait(PERIOD_S):
             try:
                 self.refresh()
@@ -212,6 +229,8 @@ class ServeWidget:
             self._history.append((time.monotonic() - self._t0, rps, p50, p99))
             xs = [h[0] for h in self._history]
             fig = self.figure
+            if fig is None:
+                return
             with fig.batch_update():
                 fig.data[0].x, fig.data[0].y = xs, [h[1] for h in self._history]
                 fig.data[1].x, fig.data[1].y = xs, [h[2] for h in self._history]
