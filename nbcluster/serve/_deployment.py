@@ -260,7 +260,14 @@ def build_app(app: Application, name: str, route_prefix: str | None) -> AppSpec:
         specs[d.name] = None  # type: ignore[assignment]  # reserve the name (cycles)
         args = tuple(_swap(a, visit) for a in node._args)
         kwargs = {k: _swap(v, visit) for k, v in node._kwargs.items()}
-        blob = make_spec(d.func_or_class, args, kwargs)
+        try:
+            blob = make_spec(d.func_or_class, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - name the deployment and the way out
+            raise TypeError(
+                f"deployment {d.name!r} cannot be sent to its replicas: its class or "
+                f"constructor arguments cannot be pickled ({type(e).__name__}: {e}). Create "
+                "such objects (locks, connections, open files) in __init__ instead of passing them."
+            ) from e
         specs[d.name] = DeploymentSpec(
             name=d.name,
             blob=blob,

@@ -246,3 +246,19 @@ def test_config_overrides_apply_by_deployment_name() -> None:
     assert {d.name: d.config.num_replicas for d in spec.deployments} == {"Leaf": 3, "Root": 1}
     with pytest.raises(ConfigError, match="does not have"):
         apply_overrides(Root.bind(leaf, leaf), {"Nope": {}})
+
+
+def test_unpicklable_constructor_argument_fails_at_serve_run() -> None:
+    import threading
+
+    from nbcluster.serve._deployment import build_app
+
+    @serve.deployment
+    class Holder:
+        def __init__(self, lock: object) -> None:
+            self.lock = lock
+
+    with pytest.raises(
+        TypeError, match=r"deployment 'Holder' cannot be sent to its replicas.*lock"
+    ):
+        build_app(Holder.bind(threading.Lock()), "app", "/")
