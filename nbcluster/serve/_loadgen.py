@@ -144,7 +144,11 @@ def run_load(
     timeout_s: float = 120.0,
     body: bytes = b"",
 ) -> LoadResult:
-    """Send ``total`` requests to ``url`` from ``concurrency`` keep-alive connections."""
+    """Send ``total`` requests to ``url`` from ``concurrency`` keep-alive connections.
+
+    With ``processes > 1`` the client processes are *spawned*: they import the calling
+    script again, so a script that calls this needs an ``if __name__ == "__main__":`` guard.
+    """
     if processes <= 1:
         return asyncio.run(_run(url, total, concurrency, timeout_s, body))
     per = [total // processes + (1 if i < total % processes else 0) for i in range(processes)]
