@@ -42,6 +42,10 @@ def __getattr__(name: str) -> object:
         from nbcluster.jupyter.widgets import progress
 
         return progress
+    if name == "serve":  # model serving: loaded on first use
+        import importlib
+
+        return importlib.import_module("nbcluster.serve")
     raise AttributeError(f"module 'nbcluster' has no attribute {name!r}")
 
 
@@ -91,6 +95,7 @@ __all__ = [
     "progress",
     "put",
     "remote",
+    "serve",
     "shutdown",
     "timeline",
     "util",

@@ -41,6 +41,7 @@ EXPECTED = [
     "06_placement_groups_and_scheduling",
     "07_fault_tolerance",
     "08_multi_node",
+    "12_serve",
     "13_jobs",
     "14_autoscaling",
 ]
@@ -247,6 +248,34 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"^alive nodes: 4$",
             r"^SPREAD: \{'node0': 2, 'node1': 2, 'node2': 2, 'node3': 2\}$",
         ],
+        "check-stop": [STOPPED],
+    },
+    "12_serve": {
+        "check-start": [STARTED],
+        "check-train": [r"^training accuracy: 0\.9\d$"],
+        "check-run": [
+            r"^Application 'iris' is ready at http://127\.0\.0\.1:\d+/iris$",
+            r"through the Jupyter server: /\S*nbcluster/api/clusters/[0-9a-f]{12}/serve/iris$",
+            WIDGET,
+        ],
+        "check-call": [
+            r"^handle prediction: setosa$",
+            r"^http status: 200$",
+            r"^http prediction: virginica$",
+        ],
+        "check-batch": [
+            r"^answered 64 requests in \d+ batches$",
+            r"^largest batch > 1: True$",
+            r"^same labels as the model: True$",
+        ],
+        "check-autoscale-up": [r"^replicas before the load: 1$", r"^replicas under load: 3$"],
+        "check-autoscale-down": [r"^replicas after the load: 1$"],
+        "check-rollout": [
+            r"^rolled over in \d+\.\d s$",
+            r"^requests during the rollout: [1-9]\d*, failed: 0$",
+            r"^new version answers: True$",
+        ],
+        "check-status": [r"^iris RUNNING ", r"^applications after shutdown: \{\}$"],
         "check-stop": [STOPPED],
     },
     "13_jobs": {
