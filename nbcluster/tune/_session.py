@@ -1,0 +1,177 @@
+"""The trial side of Tune: ``report``, ``get_checkpoint``, ``get_context`` inside a trial.
+
+A trial runs in a thread of a runner actor with a :class:`TrialSession` installed for that
+thread (and, since a runner hosts one trial at a time, for the whole process, so threads
+the trial starts itself can report too). ``report`` hands the metrics to the session,
+which queues them for the controller. Outside a trial these functions warn and return
+None, as in Ray.
+
+Training code written for ``nbcluster.train`` reports through the same session when it
+runs inside a Tune trial (see :func:`current_session`).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+from nbcluster.tune._checkpoint import Checkpoint
+
+__all__ = [
+    "TrialSession",
+    "TuneContext",
+    "current_session",
+    "get_checkpoint",
+    "get_context",
+    "report",
+    "set_session",
+]
+
+_local = threading.local()
+_process_session: TrialSession | None = None
+_lock = threading.Lock()
+
+
+class TrialSession:
+    """What a running trial can reach: its identity, config, checkpoint, and ``report``.
+
+    The runner subclasses it and implements :meth:`report`.
+    """
+
+    def __init__(
+        self,
+        *,
+        trial_id: str,
+        trial_name: str,
+        trial_dir: str,
+        experiment_name: str,
+        config: dict[str, Any],
+        resources: dict[str, float],
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        self.trial_id = trial_id
+        self.trial_name = trial_name
+        self.trial_dir = trial_dir
+        self.experiment_name = experiment_name
+        self.config = config
+        self.resources = resources
+        self.loaded_checkpoint = checkpoint
+
+    def report(self, metrics: dict[str, Any], checkpoint: Checkpoint | None = None) -> None:
+        """Queue a result (and persist a checkpoint) for the controller."""
+        raise NotImplementedError
+
+
+def set_session(session: TrialSession | None) -> None:
+    """Install ``session`` for the calling thread (and as the process's trial)."""
+    global _process_session
+    _local.session = session
+    with _lock:
+        _process_session = session
+
+
+def current_session() -> TrialSession | None:
+    """The trial session of this thread, else of this process, else None."""
+    session = getattr(_local, "session", None)
+    return session if session is not None else _process_session
+
+
+def _misuse(name: str) -> None:
+    warnings.warn(
+        f"tune.{name}() is meant to be called inside a trial run by Tuner.fit(); "
+        "outside one it does nothing and returns None.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def report(
+    metrics: dict[str, Any] | None = None,
+    *,
+    checkpoint: Checkpoint | None = None,
+    **kwargs: Any,
+) -> None:
+    """Report a trial's metrics (and optionally a checkpoint) to Tune.
+
+    Each call is one iteration: ``training_iteration`` counts the calls. A checkpoint is
+    copied into the trial's folder before ``report`` returns, so its directory may be a
+    temporary one. Inside a Tune trial that runs ``nbcluster.train`` code, ``train.report``
+    arrives here too.
+    """
+    if kwargs:
+        raise TypeError(
+            f"tune.report() takes one dict of metrics, not keyword arguments: "
+            f"tune.report({dict(kwargs)!r})"
+        )
+    if not isinstance(metrics, dict):
+        raise TypeError(
+            f"tune.report() needs a dict of metrics, such as tune.report({{'loss': 0.1}}); "
+            f"got {type(metrics).__name__}"
+        )
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(
+            "tune.report(checkpoint=) must be a Checkpoint, e.g. "
+            f"Checkpoint.from_directory(path); got {type(checkpoint).__name__}"
+        )
+    session = current_session()
+    if session is None:
+        _misuse("report")
+        return
+    session.report(metrics, checkpoint=checkpoint)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint this trial resumes from (after a failure, a pause or a restore)."""
+    session = current_session()
+    if session is None:
+        _misuse("get_checkpoint")
+        return None
+    return session.loaded_checkpoint
+
+
+class TuneContext:
+    """Information about the running trial (``tune.get_context()``)."""
+
+    def __init__(self, session: TrialSession | None) -> None:
+        self._session = session
+
+    def get_trial_name(self) -> str | None:
+        """The trial's name."""
+        return self._session.trial_name if self._session else None
+
+    def get_trial_id(self) -> str | None:
+        """The trial's id."""
+        return self._session.trial_id if self._session else None
+
+    def get_trial_dir(self) -> str | None:
+        """The trial's folder under ``storage_path/name``."""
+        return self._session.trial_dir if self._session else None
+
+    def get_experiment_name(self) -> str | None:
+        """The experiment's name."""
+        return self._session.experiment_name if self._session else None
+
+    def get_trial_resources(self) -> dict[str, float] | None:
+        """The resources reserved for the trial."""
+        return dict(self._session.resources) if self._session else None
+
+    def get_world_size(self) -> int:
+        """1: a Tune trial is one process (Train's workers have their own context)."""
+        return 1
+
+    def get_world_rank(self) -> int:
+        """0 (see :meth:`get_world_size`)."""
+        return 0
+
+    def get_local_rank(self) -> int:
+        """0 (see :meth:`get_world_size`)."""
+        return 0
+
+    def __repr__(self) -> str:
+        return f"TuneContext(trial={self.get_trial_name()!r})"
+
+
+def get_context() -> TuneContext:
+    """The context of the running trial (its name, id, folder, resources)."""
+    return TuneContext(current_session())
