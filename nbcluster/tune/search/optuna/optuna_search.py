@@ -9,6 +9,7 @@ an ``OptunaSearch`` is created (it is in the ``tune`` extra).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -132,7 +133,9 @@ class OptunaSearch(Searcher):
         self._points = [flatten_dict(p) for p in (points_to_evaluate or [])]
         self._evaluated_rewards = list(evaluated_rewards or [])
         if self._evaluated_rewards and len(self._evaluated_rewards) != len(self._points):
-            raise ValueError("evaluated_rewards must have one value per point in points_to_evaluate")
+            raise ValueError(
+                "evaluated_rewards must have one value per point in points_to_evaluate"
+            )
         self._sampler = sampler or ot.samplers.TPESampler(seed=seed)
         self._study: Any = None
         self._ot_trials: dict[str, Any] = {}
@@ -198,10 +201,9 @@ class OptunaSearch(Searcher):
         step = result.get("training_iteration")
         if ot_trial is None or not isinstance(value, (int, float)) or step is None:
             return
-        try:
+        # A step reported twice (after a restore) is refused by Optuna: nothing to do.
+        with contextlib.suppress(NotImplementedError, ValueError, RuntimeError):
             ot_trial.report(float(value), int(step))
-        except (NotImplementedError, ValueError, RuntimeError):
-            pass  # e.g. a step reported twice after a restore
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -227,8 +229,10 @@ class OptunaSearch(Searcher):
         if self._study is None:
             raise RuntimeError("OptunaSearch needs metric and mode before add_evaluated_point")
         ot = self._ot
-        state = ot.trial.TrialState.FAIL if error else (
-            ot.trial.TrialState.PRUNED if pruned else ot.trial.TrialState.COMPLETE
+        state = (
+            ot.trial.TrialState.FAIL
+            if error
+            else (ot.trial.TrialState.PRUNED if pruned else ot.trial.TrialState.COMPLETE)
         )
         flat = flatten_dict(parameters)
         self._study.add_trial(
