@@ -169,8 +169,17 @@ class CheckpointConfig:
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"
+    # Tune's fields (ray.tune.CheckpointConfig): a class Trainable saves every
+    # checkpoint_frequency iterations (0: never) and at its end (checkpoint_at_end).
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
 
     def __post_init__(self) -> None:
+        freq = self.checkpoint_frequency
+        if isinstance(freq, bool) or not isinstance(freq, int) or freq < 0:
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_frequency=...) must be an integer >= 0, got {freq!r}"
+            )
         n = self.num_to_keep
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(
@@ -198,8 +207,15 @@ class FailureConfig:
     """
 
     max_failures: int = 0
+    # Tune's field (ray.tune.FailureConfig): stop the experiment at the first trial error
+    # (True), and also raise that error from Tuner.fit() ("raise").
+    fail_fast: bool | str = False
 
     def __post_init__(self) -> None:
+        if self.fail_fast not in (True, False, "raise"):
+            raise ValueError(
+                f"FailureConfig(fail_fast=...) must be True, False or 'raise', got {self.fail_fast!r}"
+            )
         n = self.max_failures
         if isinstance(n, bool) or not isinstance(n, int) or n < -1:
             raise ValueError(
@@ -225,8 +241,20 @@ class RunConfig:
     failure_config: FailureConfig | None = None
     callbacks: Sequence[Any] | None = None
     verbose: int | None = None
+    # Tune's fields (ray.tune.RunConfig; a training run ignores them): ``stop`` is a dict
+    # {result key: threshold}, a function (trial_id, result) -> bool, or a tune.Stopper.
+    stop: Any = None
+    sync_config: Any = None
+    storage_filesystem: Any = None
+    progress_reporter: Any = None
+    log_to_file: bool | str | tuple[str, str] = False
 
     def __post_init__(self) -> None:
+        if self.storage_filesystem is not None:
+            raise ValueError(
+                "RunConfig(storage_filesystem=...) is not supported: pass a local or mounted "
+                "shared directory as storage_path"
+            )
         if self.name is not None:
             if not isinstance(self.name, str) or not self.name.strip():
                 raise TypeError(

@@ -184,6 +184,15 @@ class Session:
 
 _session: Session | None = None
 _session_lock = threading.Lock()
+#: The Tune trial this process runs, if any (set by nbcluster.tune's runner): ``report``
+#: and ``get_checkpoint`` called in a Tune trial, outside a training function, go to it.
+_trial_session: Any = None
+
+
+def set_trial_session(session: Any) -> None:
+    """Install (or clear) the Tune trial session of this process (``nbcluster.tune`` does)."""
+    global _trial_session
+    _trial_session = session
 
 
 def set_session(session: Session | None) -> None:
@@ -198,7 +207,8 @@ def _require(fn: str) -> Session:
     if session is None:
         raise RuntimeError(
             f"nbcluster.train.{fn}() can only be called inside a training function: "
-            "the train_loop_per_worker a trainer's fit() runs on each worker"
+            "the train_loop_per_worker a trainer's fit() runs on each worker (or in a "
+            "trial that Tuner.fit() runs)"
         )
     return session
 
@@ -257,6 +267,9 @@ def report(
     ranks are merged into one directory) before ``report`` returns; its metrics are
     rank 0's. Metrics must be scalars (numbers, bools, strings).
     """
+    if _session is None and _trial_session is not None:
+        _trial_session.report(metrics, checkpoint=checkpoint)
+        return
     session = _require("report")
     outbox = session.outbox
     if outbox.stop.is_set():
@@ -306,6 +319,8 @@ def get_checkpoint() -> Checkpoint | None:
     """The checkpoint to resume from: the run's latest (after a restart, or when a run
     with the same name is started again), else the trainer's ``resume_from_checkpoint``,
     else None."""
+    if _session is None and _trial_session is not None:
+        return _trial_session.loaded_checkpoint  # type: ignore[no-any-return]
     return _require("get_checkpoint").checkpoint
 
 

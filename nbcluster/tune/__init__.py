@@ -23,10 +23,17 @@ each result. ``fit()`` shows a live table and chart in a notebook, survives inte
 (call ``fit()`` again to continue), and saves the experiment for ``Tuner.restore``.
 """
 
+from nbcluster.train import (
+    Checkpoint,
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    get_checkpoint,
+    report,
+)
 from nbcluster.tune import schedulers, search, stopper
-from nbcluster.tune._checkpoint import Checkpoint
-from nbcluster.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from nbcluster.tune._session import TuneContext, get_checkpoint, get_context, report
+from nbcluster.tune._config import TuneConfig
+from nbcluster.tune._session import TuneContext, get_context
 from nbcluster.tune.callback import Callback
 from nbcluster.tune.error import TuneError
 from nbcluster.tune.result_grid import Result, ResultGrid

@@ -1,23 +1,21 @@
-"""``TuneConfig``, ``RunConfig``, ``CheckpointConfig``, ``FailureConfig``: Ray's names and defaults.
+"""``TuneConfig``, and the configs Tune shares with Train (Ray's names and defaults).
 
-Each config checks its own fields in ``__post_init__`` and raises ``ValueError``/``TypeError``
-naming the field and what it accepts, so a typo fails where the config is written.
+``RunConfig``, ``CheckpointConfig`` and ``FailureConfig`` are Train's classes
+(``nbcluster.train``), which carry Tune's fields too (``stop``, ``checkpoint_frequency``,
+``checkpoint_at_end``, ``fail_fast``): one implementation for both libraries. Each config
+checks its fields in ``__post_init__`` and names the field and what it accepts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CheckpointConfig", "FailureConfig", "RunConfig", "TuneConfig", "default_storage_path"]
+from nbcluster.train import CheckpointConfig, FailureConfig, RunConfig
 
-
-def default_storage_path() -> str:
-    """``$NBCLUSTER_RESULTS_DIR`` or ``~/nbcluster_results`` (Ray: ``~/ray_results``)."""
-    return os.environ.get("NBCLUSTER_RESULTS_DIR") or os.path.expanduser("~/nbcluster_results")
+__all__ = ["CheckpointConfig", "FailureConfig", "RunConfig", "TuneConfig"]
 
 
 def _check_mode(mode: Any, field: str = "mode") -> None:
@@ -27,108 +25,6 @@ def _check_mode(mode: Any, field: str = "mode") -> None:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
-
-
-@dataclasses.dataclass
-class CheckpointConfig:
-    """Which checkpoints a trial keeps, and when class trainables save them.
-
-    ``num_to_keep``: keep this many (None: all), ranked by ``checkpoint_score_attribute``
-    in ``checkpoint_score_order`` (``"max"``/``"min"``) or, without an attribute, the newest.
-    ``checkpoint_frequency``: a class ``Trainable`` saves every N iterations (0: never);
-    ``checkpoint_at_end``: and once more when it ends.
-    """
-
-    num_to_keep: int | None = None
-    checkpoint_score_attribute: str | None = None
-    checkpoint_score_order: str | None = "max"
-    checkpoint_frequency: int | None = 0
-    checkpoint_at_end: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.num_to_keep is not None and (not _is_int(self.num_to_keep) or self.num_to_keep < 1):
-            raise ValueError(
-                f"CheckpointConfig(num_to_keep=) must be None or an integer >= 1, got {self.num_to_keep!r}"
-            )
-        _check_mode(self.checkpoint_score_order, "CheckpointConfig(checkpoint_score_order=)")
-        freq = self.checkpoint_frequency or 0
-        if not _is_int(freq) or freq < 0:
-            raise ValueError(
-                f"CheckpointConfig(checkpoint_frequency=) must be an integer >= 0, got {self.checkpoint_frequency!r}"
-            )
-
-
-@dataclasses.dataclass
-class FailureConfig:
-    """How trial failures are handled.
-
-    ``max_failures``: retry a failed trial this many times, from its latest checkpoint
-    (-1: forever; 0: never). ``fail_fast``: ``True`` stops the whole experiment at the first
-    error; ``"raise"`` also raises that error from ``fit()``.
-    """
-
-    max_failures: int = 0
-    fail_fast: bool | str = False
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.max_failures) or self.max_failures < -1:
-            raise ValueError(
-                f"FailureConfig(max_failures=) must be an integer >= -1 (-1 retries forever), got {self.max_failures!r}"
-            )
-        if self.fail_fast not in (True, False, "raise"):
-            raise ValueError(
-                f"FailureConfig(fail_fast=) must be True, False or 'raise', got {self.fail_fast!r}"
-            )
-
-
-@dataclasses.dataclass
-class RunConfig:
-    """Where results go and how the run behaves: ``name``, ``storage_path``, ``stop``...
-
-    The experiment's files are written to ``storage_path/name/``: one folder per trial
-    (``result.json``, ``params.json``, ``checkpoint_*``) and the experiment state that
-    ``Tuner.restore`` reads. ``stop`` is a dict of ``{metric: threshold}``, a function
-    ``(trial_id, result) -> bool``, or a :class:`~nbcluster.tune.Stopper`. ``verbose``:
-    0 = silent, 1 = the live table / status lines (default), 2 = also each trial's result.
-    """
-
-    name: str | None = None
-    storage_path: str | None = None
-    storage_filesystem: Any = None
-    failure_config: FailureConfig | None = None
-    checkpoint_config: CheckpointConfig | None = None
-    sync_config: Any = None
-    verbose: int | None = None
-    stop: Mapping[str, Any] | Callable[[str, Mapping[str, Any]], bool] | Any | None = None
-    callbacks: list[Any] | None = None
-    progress_reporter: Any = None
-    log_to_file: bool | str | tuple[str, str] = False
-
-    def __post_init__(self) -> None:
-        self.failure_config = self.failure_config or FailureConfig()
-        self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
-        if not isinstance(self.failure_config, FailureConfig):
-            raise TypeError(
-                f"RunConfig(failure_config=) must be a FailureConfig, got {type(self.failure_config).__name__}"
-            )
-        if not isinstance(self.checkpoint_config, CheckpointConfig):
-            raise TypeError(
-                f"RunConfig(checkpoint_config=) must be a CheckpointConfig, got {type(self.checkpoint_config).__name__}"
-            )
-        if self.storage_filesystem is not None:
-            raise NotImplementedError(
-                "RunConfig(storage_filesystem=) is not supported: use a local or shared path"
-            )
-        if self.name is not None and (
-            not isinstance(self.name, str) or not self.name or os.sep in self.name
-        ):
-            raise ValueError(
-                f"RunConfig(name=) must be a non-empty folder name without '{os.sep}', got {self.name!r}"
-            )
-        if self.storage_path is not None:
-            self.storage_path = os.path.abspath(os.path.expanduser(os.fspath(self.storage_path)))
-        if self.verbose is not None and (not _is_int(self.verbose) or not 0 <= self.verbose <= 3):
-            raise ValueError(f"RunConfig(verbose=) must be 0, 1, 2 or 3, got {self.verbose!r}")
 
 
 @dataclasses.dataclass

@@ -1,32 +1,22 @@
-"""The trial side of Tune: ``report``, ``get_checkpoint``, ``get_context`` inside a trial.
+"""The trial side of Tune: the session a trial reports to, and ``get_context``.
 
 A trial runs in a thread of a runner actor with a :class:`TrialSession` installed for that
 thread (and, since a runner hosts one trial at a time, for the whole process, so threads
-the trial starts itself can report too). ``report`` hands the metrics to the session,
-which queues them for the controller. Outside a trial these functions warn and return
-None, as in Ray.
-
-Training code written for ``nbcluster.train`` reports through the same session when it
-runs inside a Tune trial (see :func:`current_session`).
+the trial starts itself can report too). ``tune.report`` and ``tune.get_checkpoint`` are
+Train's functions (``nbcluster.train.report``, as in Ray): outside a training function
+they go to the Tune trial session installed here, so training code written for Train
+reports to Tune when it runs inside a trial.
 """
 
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import Any
 
-from nbcluster.tune._checkpoint import Checkpoint
+from nbcluster.train import Checkpoint
+from nbcluster.train import _session as _train_session
 
-__all__ = [
-    "TrialSession",
-    "TuneContext",
-    "current_session",
-    "get_checkpoint",
-    "get_context",
-    "report",
-    "set_session",
-]
+__all__ = ["TrialSession", "TuneContext", "current_session", "get_context", "set_session"]
 
 _local = threading.local()
 _process_session: TrialSession | None = None
@@ -69,65 +59,13 @@ def set_session(session: TrialSession | None) -> None:
     _local.session = session
     with _lock:
         _process_session = session
+    _train_session.set_trial_session(session)
 
 
 def current_session() -> TrialSession | None:
     """The trial session of this thread, else of this process, else None."""
     session = getattr(_local, "session", None)
     return session if session is not None else _process_session
-
-
-def _misuse(name: str) -> None:
-    warnings.warn(
-        f"tune.{name}() is meant to be called inside a trial run by Tuner.fit(); "
-        "outside one it does nothing and returns None.",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-
-
-def report(
-    metrics: dict[str, Any] | None = None,
-    *,
-    checkpoint: Checkpoint | None = None,
-    **kwargs: Any,
-) -> None:
-    """Report a trial's metrics (and optionally a checkpoint) to Tune.
-
-    Each call is one iteration: ``training_iteration`` counts the calls. A checkpoint is
-    copied into the trial's folder before ``report`` returns, so its directory may be a
-    temporary one. Inside a Tune trial that runs ``nbcluster.train`` code, ``train.report``
-    arrives here too.
-    """
-    if kwargs:
-        raise TypeError(
-            f"tune.report() takes one dict of metrics, not keyword arguments: "
-            f"tune.report({dict(kwargs)!r})"
-        )
-    if not isinstance(metrics, dict):
-        raise TypeError(
-            f"tune.report() needs a dict of metrics, such as tune.report({{'loss': 0.1}}); "
-            f"got {type(metrics).__name__}"
-        )
-    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-        raise TypeError(
-            "tune.report(checkpoint=) must be a Checkpoint, e.g. "
-            f"Checkpoint.from_directory(path); got {type(checkpoint).__name__}"
-        )
-    session = current_session()
-    if session is None:
-        _misuse("report")
-        return
-    session.report(metrics, checkpoint=checkpoint)
-
-
-def get_checkpoint() -> Checkpoint | None:
-    """The checkpoint this trial resumes from (after a failure, a pause or a restore)."""
-    session = current_session()
-    if session is None:
-        _misuse("get_checkpoint")
-        return None
-    return session.loaded_checkpoint
 
 
 class TuneContext:

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 import nbcluster
-from nbcluster.tune._config import RunConfig, TuneConfig, default_storage_path
+from nbcluster.tune._config import RunConfig, TuneConfig
 from nbcluster.tune._display import make_reporter
 from nbcluster.tune.error import TuneError
 from nbcluster.tune.execution.controller import ControllerSettings, TuneController
@@ -102,14 +102,9 @@ class Tuner:
                 f"Tuner(tune_config=) must be a tune.TuneConfig, got {type(tune_config).__name__}"
             )
         if run_config is not None and not isinstance(run_config, RunConfig):
-            if type(run_config).__name__ == "RunConfig" and hasattr(run_config, "storage_path"):
-                run_config = RunConfig(
-                    **{f: getattr(run_config, f, None) for f in RunConfig.__dataclass_fields__}
-                )
-            else:
-                raise TypeError(
-                    f"Tuner(run_config=) must be a tune.RunConfig, got {type(run_config).__name__}"
-                )
+            raise TypeError(
+                f"Tuner(run_config=) must be a tune.RunConfig, got {type(run_config).__name__}"
+            )
         self._param_space: dict[str, Any] = copy.deepcopy(param_space or {})
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or RunConfig()
@@ -178,7 +173,7 @@ class Tuner:
         rc = self._run_config
         name = rc.name or f"{self._info.name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
         rc.name = name
-        return os.path.join(rc.storage_path or default_storage_path(), name)
+        return os.path.join(rc.resolved_storage_path(), name)
 
     def _settings(self, total: dict[str, float]) -> ControllerSettings:
         tc, rc = self._tune_config, self._run_config
