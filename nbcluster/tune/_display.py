@@ -134,6 +134,17 @@ class Reporter:
                 flush=True,
             )
 
+    def trial_failed(self, trial: Trial, retrying: bool) -> None:
+        """A trial raised (or its process died): one line, with what happens next."""
+        last = (trial.error_msg or "error").strip().splitlines()[-1][:300]
+        if retrying:
+            ckpt = trial.latest_checkpoint
+            where = f"from {ckpt.path.rsplit('/', 1)[-1]}" if ckpt else "from the start"
+            then = f"retrying {where} (failure {trial.num_failures})"
+        else:
+            then = f"ERROR (traceback in {trial.local_path}/error.txt)"
+        print(f"[tune] {trial} failed: {last}; {then}", file=self.file, flush=True)
+
     def output(self, trial: Trial, text: str) -> None:
         """Print a trial's output, prefixed by its name, folding what exceeds the rate."""
         now = time.monotonic()

@@ -203,7 +203,23 @@ class Tuner:
             trial_name_creator=tc.trial_name_creator,
             trial_dirname_creator=tc.trial_dirname_creator,
             experiment_name=rc.name or "",
+            max_pending_trials=self._max_pending_trials(total),
         )
+
+    def _max_pending_trials(self, total: dict[str, float]) -> int:
+        """Trials created ahead of a free slot (Ray's ``TUNE_MAX_PENDING_TRIALS_PG``).
+
+        FIFO needs none waiting; other schedulers see every trial of the variant generator
+        early (HyperBand fills its brackets with them); a searcher gets a few, so it does
+        not suggest much without feedback."""
+        env = os.environ.get("TUNE_MAX_PENDING_TRIALS_PG", "auto")
+        if env.isdigit():
+            return max(1, int(env))
+        if type(self._scheduler) is FIFOScheduler:
+            return 1
+        if isinstance(self._search_alg, BasicVariantGenerator):
+            return 1000
+        return max(16, int(total.get("CPU", 1)))
 
     def _check_fits(self, total: dict[str, float]) -> None:
         shape = self._info.resources
@@ -327,11 +343,15 @@ class Tuner:
             raise grid.errors[0]
         if len(failed) < len(trials):
             return
-        kinds: dict[str, int] = {}
+        kinds: dict[str, list[str]] = {}
         for t in failed:
             last = (t.error_msg or "error").strip().splitlines()[-1]
-            kinds[last] = kinds.get(last, 0) + 1
-        summary = "; ".join(f"{n}× {k}" for k, n in kinds.items())
+            kind, _, message = last.partition(": ")
+            kinds.setdefault(kind, []).append(message)
+        summary = "; ".join(
+            f"{len(msgs)}× {kind}" + (f" (e.g. {msgs[0]!r})" if msgs[0] else "")
+            for kind, msgs in kinds.items()
+        )
         first = failed[0]
         raise TuneError(
             f"All {len(trials)} trials failed: {summary}. First traceback ({first}):\n"

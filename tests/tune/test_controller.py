@@ -66,8 +66,8 @@ def test_start_places_trials_by_resources_and_reuses_runners() -> None:
     starts = sent(out, "start")
     assert len(creates) == 2 and all(c[2] == {"CPU": 1.0} for c in creates)
     assert len(starts) == 2
-    t0, t1 = ctrl.get_trials()
-    assert t0.status == t1.status == Trial.RUNNING
+    t0, t1, t2 = ctrl.get_trials()  # FIFO keeps one trial waiting for a free slot
+    assert t0.status == t1.status == Trial.RUNNING and t2.status == Trial.PENDING
     assert not ctrl.has_resources_for_trial(Trial("f", "probe", {}))
     # The first trial ends: its runner takes the third trial, no new runner.
     runner = t0.runner_id
@@ -186,10 +186,11 @@ def test_fail_fast_stops_the_experiment() -> None:
     ctrl = make(num_samples=4, fail_fast=True)
     ctrl.on_start(now=0)
     take(ctrl)
-    t0, t1 = ctrl.get_trials()
+    t0, t1, t2 = ctrl.get_trials()
     ctrl.on_runner_events(t0.runner_id, [("error", t0.trial_id, t0.run_seq, "boom", None)])
-    assert ctrl.stopping and t0.status == Trial.ERROR and t1.status == Trial.TERMINATED
-    assert len(ctrl.get_trials()) == 2
+    assert ctrl.stopping and t0.status == Trial.ERROR
+    assert t1.status == t2.status == Trial.TERMINATED
+    assert len(ctrl.get_trials()) == 3
 
 
 def test_runner_death_is_a_trial_failure() -> None:

@@ -79,6 +79,7 @@ class ControllerSettings:
         trial_name_creator: Callable[[Trial], str] | None = None,
         trial_dirname_creator: Callable[[Trial], str] | None = None,
         experiment_name: str = "",
+        max_pending_trials: int = 1,
     ) -> None:
         self.trainable_name = trainable_name
         self.experiment_path = experiment_path
@@ -104,6 +105,7 @@ class ControllerSettings:
         self.trial_name_creator = trial_name_creator
         self.trial_dirname_creator = trial_dirname_creator
         self.experiment_name = experiment_name
+        self.max_pending_trials = max(1, max_pending_trials)
 
 
 class RunnerRecord:
@@ -139,6 +141,7 @@ class TuneController:
         self.scheduler = scheduler or FIFOScheduler()
         self.stopper = stopper
         self._trials: list[Trial] = list(trials or [])
+        self._first_live = 0  # trials before this index are all finished
         self._by_id: dict[str, Trial] = {t.trial_id: t for t in self._trials}
         self._id_prefix = id_prefix or os.urandom(3).hex()[:5]
         self._next_trial_index = len(self._trials)
@@ -160,8 +163,12 @@ class TuneController:
         return self._trials
 
     def get_live_trials(self) -> list[Trial]:
-        """Trials that are not finished."""
-        return [t for t in self._trials if not t.is_finished()]
+        """Trials that are not finished (in creation order)."""
+        i, trials = self._first_live, self._trials
+        while i < len(trials) and trials[i].is_finished():
+            i += 1
+        self._first_live = i
+        return [t for t in trials[i:] if not t.is_finished()]
 
     def get_trial(self, trial_id: str) -> Trial | None:
         """The trial with this id (None if unknown)."""
@@ -228,6 +235,7 @@ class TuneController:
         now = time.time() if now is None else now
         self.start_time = now
         self.stopping = ""
+        self._first_live = 0
         for t in self._trials:
             t.runner_id = None
             t.pending_decision = ""
@@ -275,8 +283,6 @@ class TuneController:
             elif kind == "error":
                 self._release(trial, runner)
                 self._on_error(trial, event[3], event[4])
-            if self.fatal_error is not None:
-                break
         self._fill()
 
     def on_runner_died(self, runner_id: str, reason: str) -> None:
@@ -295,6 +301,17 @@ class TuneController:
                 trial.pending_decision = ""
         self.outbox.append(("runner_dead", runner_id))
         self._fill()
+
+    def on_runner_failed_to_start(self, runner_id: str, detail: str) -> None:
+        """A runner could not even load the trainable: the experiment cannot run."""
+        self._fatal(
+            TuneError(
+                "A trial runner could not load the trainable, so no trial can run:\n"
+                f"{detail.rstrip()}\nA trainable defined in a module that the workers cannot "
+                "import must be importable there (or defined in the notebook / __main__)."
+            )
+        )
+        self.on_runner_died(runner_id, "its process could not load the trainable")
 
     # ======================================================================= decisions
     def _on_result(
@@ -529,46 +546,33 @@ class TuneController:
         return trial
 
     def _fill(self) -> None:
-        """Start trials while there is room (a scheduler choice, else a new suggestion)."""
+        """Keep enough trials waiting, and start the ones the scheduler picks while there is room."""
         if self.stopping or self.fatal_error is not None:
             return
-        for _ in range(100_000):
-            try:
-                trial = self.scheduler.choose_trial_to_run(self)
+        try:
+            waiting = sum(
+                1
+                for t in self.get_live_trials()
+                if t.status == Trial.PENDING and t.runner_id is None
+            )
+            for _ in range(100_000):
+                while waiting < self.settings.max_pending_trials and self._new_trial() is not None:
+                    waiting += 1
+                trial = self.scheduler.choose_trial_to_run(self) or self._fallback_choice()
                 if trial is None:
-                    if not self._room_for_new_trial():
-                        trial = self._fallback_choice()
-                    elif self._new_trial() is not None:
-                        continue
-                    else:
-                        trial = self._fallback_choice()
-            except (TuneError, ValueError) as e:
-                self._fatal(e if isinstance(e, TuneError) else TuneError(str(e)))
-                return
-            if trial is None:
-                return
-            self._start(trial)
-
-    def _room_for_new_trial(self) -> bool:
-        if any(t.status == Trial.PENDING and t.runner_id is None for t in self._trials):
-            return False  # the scheduler passed over a waiting trial: no room for another
-        shape = self.settings.resources_per_trial
-        probe = Trial(
-            self.settings.trainable_name,
-            "probe",
-            {},
-            resources=shape if isinstance(shape, dict) else {},
-        )
-        return self.has_resources_for_trial(probe)
+                    return
+                if trial.status == Trial.PENDING:
+                    waiting -= 1
+                self._start(trial)
+        except (TuneError, ValueError) as e:
+            self._fatal(e if isinstance(e, TuneError) else TuneError(str(e)))
 
     def _fallback_choice(self) -> Trial | None:
         """Nothing runs and the scheduler picks nothing: run a waiting trial anyway
         (a scheduler that never resumes its paused trials must not hang the experiment)."""
         if any(r.trial_id for r in self.runners.values() if r.state != "dead"):
             return None
-        if not self.search_alg.is_finished():
-            return None
-        for t in self._trials:
+        for t in self.get_live_trials():
             if t.status in (Trial.PENDING, Trial.PAUSED) and self.has_resources_for_trial(t):
                 return t
         return None

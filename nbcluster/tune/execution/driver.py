@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import nbcluster
-from nbcluster.exceptions import ActorError, NbclusterError
+from nbcluster.exceptions import ActorDiedError, ActorError, NbclusterError
 from nbcluster.tune._display import Reporter
 from nbcluster.tune.callback import Callback
 from nbcluster.tune.execution.controller import TuneController
@@ -118,6 +118,15 @@ class ExperimentDriver:
             self.step_of.pop(runner_id, None)
             try:
                 events = nbcluster.get(ref)
+            except ActorDiedError as e:
+                if e.actor_init_failed:
+                    # Every runner would fail the same way (e.g. the trainable's module
+                    # cannot be imported on the workers): stop with the cause.
+                    self.ctrl.on_runner_failed_to_start(runner_id, str(e.cause or e))
+                else:
+                    why = e.reason or "it was killed or crashed"
+                    self.ctrl.on_runner_died(runner_id, f"pid {e.pid or '?'}: {why}")
+                self._forget(runner_id)
             except ActorError as e:
                 self.ctrl.on_runner_died(runner_id, _first_line(e))
                 self._forget(runner_id)
@@ -175,6 +184,7 @@ class ExperimentDriver:
         elif kind == "trial_error":
             storage.write_error(cmd[1], cmd[2])
             storage.state_dirty = True
+            self.reporter.trial_failed(cmd[1], retrying=not cmd[1].is_finished())
             self._callback("on_trial_error", trial=cmd[1])
         elif kind == "trial_end":
             storage.state_dirty = True

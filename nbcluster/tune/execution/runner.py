@@ -73,9 +73,9 @@ class _Output:
     def write(self, text: str) -> None:
         self.parts.append(text)
 
-    def drain(self) -> str:
+    def drain(self, final: bool = False) -> str:
         """Text to send now (with a note of what was folded), writing everything to the log."""
-        if not self.parts and not self.dropped:
+        if not self.parts and not (final and self.dropped):
             return ""
         text = "".join(self.parts)
         self.parts = []
@@ -85,21 +85,28 @@ class _Output:
                     f.write(text)
             except OSError:
                 pass
+        out = ""
         now = time.monotonic()
         if now - self.window_start >= 1.0:
+            out = self._fold_note()
             self.window_start = now
             self.lines_sent_window = 0
         lines = text.splitlines(keepends=True)
         room = max(0, OUTPUT_LINES_PER_S - self.lines_sent_window)
-        send, folded = lines[:room], lines[room:]
-        self.lines_sent_window += len(send)
-        self.dropped += sum(1 for _ in folded)
-        out = "".join(send)
-        if self.dropped and room > len(send):
-            where = f" (all of it is in {self.log_path})" if self.log_path else ""
-            out += f"... {self.dropped} more line(s) folded{where}\n"
-            self.dropped = 0
+        self.lines_sent_window += min(room, len(lines))
+        self.dropped += max(0, len(lines) - room)
+        out += "".join(lines[:room])
+        if final:
+            out += self._fold_note()
         return out
+
+    def _fold_note(self) -> str:
+        if not self.dropped:
+            return ""
+        where = f" (all of it is in {self.log_path})" if self.log_path else ""
+        note = f"... {self.dropped} more line(s) folded{where}\n"
+        self.dropped = 0
+        return note
 
 
 class _CaptureStream(io.TextIOBase):
@@ -264,11 +271,11 @@ class TrialRunner:
         session = self._session
         return session.output if session is not None else None
 
-    def _flush_output_locked(self) -> None:
+    def _flush_output_locked(self, final: bool = False) -> None:
         session = self._session
         if session is None:
             return
-        text = session.output.drain()
+        text = session.output.drain(final)
         if text:
             self._events.append(("output", session.trial_id, session.run_seq, text))
         self._last_output_flush = time.monotonic()
@@ -334,12 +341,15 @@ class TrialRunner:
         except TrialStopped:
             final = ("stopped", session.trial_id, session.run_seq)
         except BaseException as e:  # noqa: BLE001 - any failure of user code is the trial's error
-            err = TaskError.from_exception(e, session.trial_name)
+            tb = e.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next  # the runner's own frames say nothing about the user's error
+            err = TaskError.from_exception(e.with_traceback(tb), session.trial_name)
             final = ("error", session.trial_id, session.run_seq, err.traceback_str, err)
         finally:
             set_session(None)
         with self._cond:
-            self._flush_output_locked()
+            self._flush_output_locked(final=True)
             self._events.append(final)
             if self._session is session:
                 self._session = None

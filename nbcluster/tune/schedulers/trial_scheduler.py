@@ -82,10 +82,11 @@ class TrialScheduler:
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """A PENDING or PAUSED trial to start now, or None (must be idempotent)."""
-        for trial in tune_controller.get_trials():
+        live = tune_controller.get_live_trials()
+        for trial in live:
             if trial.status == Trial.PENDING and tune_controller.has_resources_for_trial(trial):
                 return trial
-        for trial in tune_controller.get_trials():
+        for trial in live:
             if trial.status == Trial.PAUSED and tune_controller.has_resources_for_trial(trial):
                 return trial
         return None
