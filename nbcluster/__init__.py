@@ -46,6 +46,8 @@ def __getattr__(name: str) -> object:
         return progress
     if name == "train":  # nbcluster.train: distributed training (torch loads on the workers)
         return importlib.import_module("nbcluster.train")
+    if name == "tune":  # nbcluster.tune: hyperparameter search
+        return importlib.import_module("nbcluster.tune")
     raise AttributeError(f"module 'nbcluster' has no attribute {name!r}")
 
 
@@ -98,6 +100,7 @@ __all__ = [
     "shutdown",
     "timeline",
     "train",
+    "tune",
     "util",
     "wait",
     "widgets",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -378,3 +379,65 @@ def test_trial_prints_are_rate_limited_and_folded(
     assert "folded" in out
     with open(os.path.join(grid[0].path, "output.log")) as f:
         assert len(f.read().splitlines()) == 500
+
+
+_DRIVER_SCRIPT = """
+import json, os, sys, tempfile, time
+import nbcluster
+from nbcluster import tune
+
+def slow(config):
+    ckpt = tune.get_checkpoint()
+    start = 0
+    if ckpt is not None:
+        with open(os.path.join(ckpt.path, "state.json")) as f:
+            start = json.load(f)["step"] + 1
+    for step in range(start, config["steps"]):
+        time.sleep(config["sleep"])
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"step": step}, f)
+        tune.report({"step": step, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(d))
+
+nbcluster.init(num_cpus=2)
+tune.Tuner(
+    slow,
+    param_space={"steps": 40, "sleep": 0.05, "i": tune.grid_search([0, 1])},
+    run_config=tune.RunConfig(storage_path=sys.argv[1], name="exp", verbose=0),
+).fit()
+"""
+
+
+def test_restore_after_the_driver_was_killed(shared_cluster: Any, tmp_path: Any) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER_SCRIPT)
+    env = dict(os.environ, NBCLUSTER_TEMP_DIR=str(tmp_path / "sessions"))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    exp = tmp_path / "exp"
+    try:
+        poll_for(
+            lambda: (
+                len(list(exp.glob("*/checkpoint_000004"))) == 2
+                and (exp / "experiment_state.pkl").exists()
+            ),
+            timeout=60,
+        )
+        time.sleep(0.3)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started
+        proc.wait(timeout=30)
+    assert tune.Tuner.can_restore(str(exp)) and not tune.Tuner.can_restore(str(tmp_path))
+    grid = tune.Tuner.restore(str(exp), _slow).fit()
+    assert len(grid) == 2 and grid.num_terminated == 2
+    for r in grid:
+        assert r.metrics["step"] == 39
+        # Resumed from a checkpoint saved before the kill, not from the start.
+        assert r.metrics["resumed_from"] >= 5
+        steps = [row["step"] for row in r.metrics_dataframe.to_dict("records")]
+        assert steps[-1] == 39 and steps[0] == 0

@@ -32,7 +32,7 @@ from typing import Any
 
 import cloudpickle
 
-from nbcluster.tune._checkpoint import CHECKPOINT_PREFIX, checkpoint_index
+from nbcluster.tune._checkpoint import CHECKPOINT_PREFIX, checkpoint_index, read_metrics
 from nbcluster.tune.experiment.trial import CheckpointRecord, Trial
 
 __all__ = [
@@ -46,6 +46,7 @@ EXPERIMENT_STATE_FILE = "experiment_state.pkl"
 TUNER_FILE = "tuner.pkl"
 RESULT_FILE = "result.json"
 _SAVE_EVERY_S = 1.0
+_RESULTS_EVERY_S = 0.2
 
 
 class _JSONEncoder(json.JSONEncoder):
@@ -81,6 +82,7 @@ class ExperimentStorage:
         self._pending_results: dict[str, list[dict[str, Any]]] = {}
         self._trial_paths: dict[str, str] = {}
         self._last_save = 0.0
+        self._last_results = 0.0
         self.state_dirty = False
         self.errors: list[str] = []
 
@@ -171,8 +173,13 @@ class ExperimentStorage:
     def maybe_save_state(
         self, make_state: Callable[[], dict[str, Any]], force: bool = False
     ) -> None:
-        """Save the experiment state if it changed and the last save is old enough."""
+        """Save the experiment state if it changed and the last save is old enough.
+
+        Result lines are handed to the writer more often (every ``_RESULTS_EVERY_S``)."""
         now = time.monotonic()
+        if now - self._last_results >= _RESULTS_EVERY_S:
+            self._last_results = now
+            self.flush_results()
         if not force and (not self.state_dirty or now - self._last_save < _SAVE_EVERY_S):
             return
         self.flush_results()
@@ -235,9 +242,9 @@ def _catch_up(trial: Trial) -> None:
         path = os.path.join(trial.local_path, name)
         if index < 0 or path in known or not name.startswith(CHECKPOINT_PREFIX):
             continue
-        metrics = by_name.get(name)
+        metrics = by_name.get(name) or read_metrics(path)
         if metrics is None:
-            continue  # a checkpoint whose result never arrived: its iteration is unknown
+            continue  # a checkpoint without its result (cut by a crash): its iteration is unknown
         trial.add_checkpoint(
             CheckpointRecord(index, path, {k: v for k, v in metrics.items() if k != "config"})
         )

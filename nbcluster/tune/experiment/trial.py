@@ -168,9 +168,14 @@ class Trial:
 
     def metric_summary(self, metric: str, scope: str = "last", mode: str = "max") -> float | None:
         """``metric`` under ``scope`` (last, avg, last-5-avg, last-10-avg, all), or None."""
-        values = [v for v in self.metric_values(metric) if not math.isnan(v)]
+        values = self.metric_values(metric)
         if not values:
             return None
+        if scope == "all":
+            finite = [v for v in values if not math.isnan(v)]
+            if not finite:
+                return math.nan
+            return max(finite) if mode == "max" else min(finite)
         if scope == "last":
             return values[-1]
         if scope == "avg":
@@ -179,8 +184,6 @@ class Trial:
             n = 5 if scope == "last-5-avg" else 10
             tail = values[-n:]
             return sum(tail) / len(tail)
-        if scope == "all":
-            return max(values) if mode == "max" else min(values)
         raise ValueError(
             f"scope must be one of 'last', 'avg', 'last-5-avg', 'last-10-avg', 'all'; got {scope!r}"
         )

@@ -250,11 +250,11 @@ def format_vars(resolved: dict[Path, Any]) -> str:
 
 
 def flatten_dict(d: dict[str, Any], prefix: str = "", delimiter: str = "/") -> dict[str, Any]:
-    """``{'a': {'b': 1}}`` -> ``{'a/b': 1}``."""
+    """``{'a': {'b': 1}}`` -> ``{'a/b': 1}`` (a ``grid_search`` dict stays one value)."""
     out: dict[str, Any] = {}
     for key, value in d.items():
         name = f"{prefix}{delimiter}{key}" if prefix else str(key)
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict) and value and not _is_grid(value):
             out.update(flatten_dict(value, name, delimiter))
         else:
             out[name] = value
