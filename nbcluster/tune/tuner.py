@@ -308,7 +308,7 @@ class Tuner:
             reporter,
             self._experiment_state,
             callbacks=rc.callbacks,
-            actor_resources=getattr(self._info, "actor_resources", None),
+            actor_resources=self._info.actor_resources,
         )
         driver.run()
         ctrl = self._controller

@@ -441,3 +441,47 @@ def test_restore_after_the_driver_was_killed(shared_cluster: Any, tmp_path: Any)
         assert r.metrics["resumed_from"] >= 5
         steps = [row["step"] for row in r.metrics_dataframe.to_dict("records")]
         assert steps[-1] == 39 and steps[0] == 0
+
+
+def _torch_loop(config: dict[str, Any]) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.linspace(-1, 1, 32).unsqueeze(1)
+    y = 3 * x + 1
+    model = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for epoch in range(config["epochs"]):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with tempfile.TemporaryDirectory() as d:
+            torch.save({"epoch": epoch}, os.path.join(d, "model.pt"))
+            train.report(
+                {"loss": loss.item(), "epoch": epoch}, checkpoint=train.Checkpoint.from_directory(d)
+            )
+
+
+def test_tune_over_a_torch_trainer(shared_cluster: Any, tmp_path: Any) -> None:
+    pytest.importorskip("torch")
+    from nbcluster.train import ScalingConfig
+    from nbcluster.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        _torch_loop,
+        train_loop_config={"epochs": 4, "lr": 0.01},
+        scaling_config=ScalingConfig(num_workers=1),
+    )
+    grid = tune.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": tune.grid_search([0.01, 0.3])}},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=rc(tmp_path, stop={"training_iteration": 3}),
+    ).fit()
+    assert grid.num_terminated == 2
+    assert [r.metrics["training_iteration"] for r in grid] == [3, 3]  # Tune's stop reached Train
+    assert grid.get_best_result().config["train_loop_config"]["lr"] == 0.3
+    for r in grid:
+        assert os.path.dirname(r.checkpoint.path) == r.path  # Train wrote into the trial's folder
+        assert os.path.isfile(os.path.join(r.checkpoint.path, "model.pt"))

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import nbcluster
+from nbcluster.train import DataParallelTrainer
 from nbcluster.tune.trainable.trainable import Trainable
+from nbcluster.tune.trainable.trainer import as_trainable
 
 __all__ = [
     "TrainableInfo",
@@ -143,6 +145,13 @@ class TrainableInfo:
     name: str
     kind: str  # "function", "class" or "trainer"
     resources: dict[str, float] | Callable[[dict[str, Any]], dict[str, float]]
+    #: What the runner actor itself holds, from the trial's resources (None: all of them).
+    actor_resources: Callable[[dict[str, float]], dict[str, float]] | None = None
+
+
+def _no_resources(trial_resources: dict[str, float]) -> dict[str, float]:
+    """A trainer's runner holds nothing: the trainer's worker group holds the trial's share."""
+    return {"CPU": 0.0}
 
 
 def inspect_trainable(trainable: Any) -> TrainableInfo:
@@ -151,11 +160,17 @@ def inspect_trainable(trainable: Any) -> TrainableInfo:
     if isinstance(trainable, _WithResources):
         resources = trainable.resources
         trainable = trainable.trainable
-    if hasattr(trainable, "as_trainable") and not inspect.isclass(trainable):
-        fn = trainable.as_trainable()
-        name = type(trainable).__name__
-        res = resources or getattr(fn, "_tune_resources", None) or {"CPU": 0.0}
-        return TrainableInfo(fn, name, "trainer", _resources_of(res))
+    if isinstance(trainable, DataParallelTrainer):
+        if resources is not None:
+            raise TypeError(
+                f"with_resources() does not apply to a {type(trainable).__name__}: its trials "
+                "reserve what its ScalingConfig asks for (set scaling_config, or put a "
+                "'scaling_config' in the param_space)"
+            )
+        fn, per_config = as_trainable(trainable)
+        return TrainableInfo(
+            fn, type(trainable).__name__, "trainer", _resources_of(per_config), _no_resources
+        )
     if inspect.isclass(trainable):
         if not issubclass(trainable, Trainable):
             raise TypeError(
