@@ -238,6 +238,7 @@ class RunState:
         self.done: dict[int, Any] = {}
         self.stopped: set[int] = set()
         self.stop_reason: str | None = None
+        self.drop_reports = False
         self.over = False
         self.worker_state: dict[int, str] = {}
         self._truncate_to_latest()
@@ -278,7 +279,7 @@ class RunState:
         now: float,
     ) -> list[Instruction]:
         """Rank ``rank`` sent its report number ``index`` (counted over the whole run)."""
-        if self.over:
+        if self.over or self.drop_reports:
             return []
         if index < self.next_index:
             return []  # already complete (cannot happen unless a worker repeats itself)
@@ -359,10 +360,15 @@ class RunState:
         self.worker_state[rank] = "STOPPED"
         return out
 
-    def request_stop(self, reason: str) -> None:
-        """Ask the loops to stop at their next ``report()`` (interrupt, or a callback)."""
+    def request_stop(self, reason: str, keep_reports: bool = True) -> None:
+        """Ask the loops to stop at their next ``report()`` (interrupt, or a callback).
+
+        With ``keep_reports=False`` (a callback decided on the latest report) the reports
+        the loops made after it are dropped; after an interrupt they are kept.
+        """
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.drop_reports = not keep_reports
 
     def on_killed(self) -> list[Instruction]:
         """The controller ended the group while stopping (it did not stop in time)."""
