@@ -29,7 +29,7 @@ from nbcluster.exceptions import ActorDiedError, NbclusterError, TaskCancelledEr
 from nbcluster.train._callbacks import CallbackRunner, RunInfo
 from nbcluster.train._checkpoint import Checkpoint
 from nbcluster.train._config import RunConfig
-from nbcluster.train._display import RunView, WorkerRow, make_display
+from nbcluster.train._display import RunView, WorkerRow, in_notebook, make_display
 from nbcluster.train._errors import ControllerError, WorkerFailure, WorkerGroupError
 from nbcluster.train._group import WorkerGroup, group_key, put_warm, take_warm
 from nbcluster.train._result import Result
@@ -57,6 +57,9 @@ POLL_S = 0.5
 TICK_S = 0.25
 #: The state file is written at most this often, and whenever a checkpoint is kept.
 SAVE_EVERY_S = 1.0
+#: In a notebook, the workers' last output reaches the cell this long after their last
+#: reply (the kernel's output router batches it): ``fit()`` waits that long before it returns.
+OUTPUT_SETTLE_S = 0.2
 
 _UNSET: Any = object()
 
@@ -471,6 +474,8 @@ class _Controller:
             self.callbacks.error()
         else:
             self.callbacks.complete()
+        if in_notebook():
+            time.sleep(OUTPUT_SETTLE_S)
         self.display.close(self.view)
         latest = state.book.latest
         return Result(

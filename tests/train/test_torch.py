@@ -244,6 +244,59 @@ def test_worker_output_is_prefixed_by_rank(train_cluster, tmp_path, capfd):
     assert "[train]" not in out  # verbose=0: no display
 
 
+def linear_train_func():
+    """Ray Train's data-loading example: a linear model fed by a dataset shard."""
+    import torch.distributed as dist
+
+    model = prepare_model(nn.Linear(1, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=2e-5)
+    shard = train.get_dataset_shard("train")
+    for _epoch in range(3):
+        xs, total = [], 0.0
+        for batch in shard.iter_torch_batches(batch_size=16, dtypes=torch.float32):
+            inputs, labels = batch["x"], batch["y"]
+            assert type(inputs) is torch.Tensor and inputs.shape[1:] == (1,)
+            loss = nn.functional.mse_loss(model(inputs), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            xs.extend(int(v) for v in inputs.flatten().tolist())
+            total += loss.item() * len(inputs)
+        everyone = [None] * train.get_context().get_world_size()
+        dist.all_gather_object(everyone, xs)
+        train.report(
+            {
+                "loss": total / len(xs),
+                "rows": len(xs),
+                "rows_all": sum(len(e) for e in everyone),
+                "distinct_all": len(set().union(*map(set, everyone))),
+            }
+        )
+
+
+def test_datasets_are_split_across_ranks(train_cluster, tmp_path):
+    from nbcluster import data
+
+    train_dataset = data.from_items([{"x": [x], "y": [2 * x]} for x in range(200)])
+
+    def increment(batch):
+        batch["y"] = batch["y"] + 1
+        return batch
+
+    train_dataset = train_dataset.map_batches(increment)
+    trainer = TorchTrainer(
+        linear_train_func,
+        datasets={"train": train_dataset},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path)),
+    )
+    result = trainer.fit()
+    df = result.metrics_dataframe
+    assert list(df["rows"]) == [100, 100, 100]  # an equal share per rank, every epoch
+    assert list(df["rows_all"]) == [200] * 3 and list(df["distinct_all"]) == [200] * 3
+    assert df["loss"].iloc[-1] < df["loss"].iloc[0]
+
+
 def slow_loop(config):
     start = 0
     ckpt = train.get_checkpoint()
