@@ -29,7 +29,7 @@ from nbcluster.exceptions import ActorDiedError, NbclusterError, TaskCancelledEr
 from nbcluster.train._callbacks import CallbackRunner, RunInfo
 from nbcluster.train._checkpoint import Checkpoint
 from nbcluster.train._config import RunConfig
-from nbcluster.train._display import RunView, WorkerRow, make_display
+from nbcluster.train._display import RunView, WorkerRow, in_notebook, make_display
 from nbcluster.train._errors import ControllerError, WorkerFailure, WorkerGroupError
 from nbcluster.train._group import WorkerGroup, group_key, put_warm, take_warm
 from nbcluster.train._result import Result
@@ -57,6 +57,9 @@ POLL_S = 0.5
 TICK_S = 0.25
 #: The state file is written at most this often, and whenever a checkpoint is kept.
 SAVE_EVERY_S = 1.0
+#: In a notebook, the workers' last output reaches the cell this long after their last
+#: reply (the kernel's output router batches it): ``fit()`` waits that long before it returns.
+OUTPUT_SETTLE_S = 0.2
 
 _UNSET: Any = object()
 
@@ -197,8 +200,10 @@ class _Controller:
             WorkerRow(i["world_rank"], i["node_id"], i["pid"], "RUNNING") for i in group.infos
         ]
         self.view.status = "RUNNING"
-        self._start_loops(group, index)
+        failures = self._start_loops(group, index)
         self.display.update(self.view, force=True)
+        if failures:
+            return self.state.on_failures(failures)[0]
         try:
             return self._poll_until_over(group)
         except KeyboardInterrupt:
@@ -235,7 +240,7 @@ class _Controller:
         self.view.notice(text)
         self.display.update(self.view, force=True)
 
-    def _start_loops(self, group: WorkerGroup, index: int) -> None:
+    def _start_loops(self, group: WorkerGroup, index: int) -> dict[int, str]:
         latest = self.state.book.latest
         ckpt: str | None = None
         if latest is not None:
@@ -264,10 +269,25 @@ class _Controller:
                     self.trainer.train_loop_per_worker, self.config, ctx, index, ckpt, shard
                 )
             )
-        nbcluster.get(refs)
         self.acks = [0] * len(group.workers)
         self.pending = {}
         self.ended_ranks = set()
+        failures: dict[int, str] = {}
+        for rank, ref in enumerate(refs):
+            try:
+                nbcluster.get(ref)
+            except NbclusterError as err:  # the worker died as its loop started
+                failures[rank] = self._died(group, rank, err)
+        return failures
+
+    def _died(self, group: WorkerGroup, rank: int, err: BaseException) -> str:
+        info = group.infos[rank]
+        self.worker_errors[rank] = err
+        self.ended_ranks.add(rank)
+        return (
+            f"[Rank {rank}] (pid {info['pid']} on node {info['node_id'][:8]}): the worker "
+            f"process died: {err}"
+        )
 
     # -- polling ----------------------------------------------------------------------------
     def _poll_until_over(self, group: WorkerGroup) -> Instruction:
@@ -287,8 +307,15 @@ class _Controller:
             ready, _ = nbcluster.wait(refs, num_returns=len(refs), timeout=0)
         ready_set = set(ready)
         failures: dict[int, str] = {}
-        errors: dict[int, BaseException] = {}
-        instructions: list[Instruction] = []
+        terminal: list[Instruction] = []
+
+        def carry_out(instructions: list[Instruction]) -> None:
+            # One event at a time: a stop decided on a report applies to the next event.
+            for instr in instructions:
+                result = self._carry_out(instr, group)
+                if result is not None and not terminal:
+                    terminal.append(result)
+
         now = time.monotonic
         for rank, ref in list(self.pending.items()):
             if ref not in ready_set:
@@ -299,13 +326,7 @@ class _Controller:
             except TaskCancelledError:
                 continue  # an interrupt cancelled the poll; the next one asks again
             except (ActorDiedError, NbclusterError) as err:
-                info = group.infos[rank]
-                failures[rank] = (
-                    f"[Rank {rank}] (pid {info['pid']} on node {info['node_id'][:8]}): the "
-                    f"worker process died: {err}"
-                )
-                errors[rank] = err
-                self.ended_ranks.add(rank)
+                failures[rank] = self._died(group, rank, err)
                 continue
             for seq, event in events:
                 if seq <= self.acks[rank]:
@@ -315,13 +336,13 @@ class _Controller:
                 if kind == "report":
                     _, index, metrics, ckpt_name = event
                     self.view.workers[rank].iteration = index + 1
-                    instructions += self.state.on_report(rank, index, metrics, ckpt_name, now())
+                    carry_out(self.state.on_report(rank, index, metrics, ckpt_name, now()))
                 elif kind == "done":
                     self.ended_ranks.add(rank)
-                    instructions += self.state.on_done(rank, event[1], now())
+                    carry_out(self.state.on_done(rank, event[1], now()))
                 elif kind == "stopped":
                     self.ended_ranks.add(rank)
-                    instructions += self.state.on_stopped(rank, now())
+                    carry_out(self.state.on_stopped(rank, now()))
                 elif kind == "error":
                     self.ended_ranks.add(rank)
                     info = group.infos[rank]
@@ -329,19 +350,14 @@ class _Controller:
                         f"[Rank {rank}] (pid {info['pid']} on node {info['node_id'][:8]})\n"
                         + event[1].rstrip()
                     )
-                    errors[rank] = (
+                    self.worker_errors[rank] = (
                         event[2] if event[2] is not None else WorkerFailure(rank, event[1])
                     )
         if failures:
-            self.worker_errors = errors
-            instructions += self.state.on_failures(failures)
-        terminal = None
-        for instr in instructions:
-            result = self._carry_out(instr, group)
-            terminal = terminal or result
+            carry_out(self.state.on_failures(failures))
         self._sync_view()
         self.display.update(self.view)
-        return terminal
+        return terminal[0] if terminal else None
 
     def _carry_out(self, instr: Instruction, group: WorkerGroup) -> Instruction | None:
         if isinstance(instr, Reported):
@@ -355,7 +371,7 @@ class _Controller:
             if self.on_report is not None:
                 stop = self.on_report(TrainingReport(instr.iteration, instr.metrics, ckpt))
                 if stop and self.state.stop_reason is None:
-                    self.state.request_stop("stopped by on_report")
+                    self.state.request_stop("stopped by on_report", keep_reports=False)
                     self._ask_to_stop(group)
             return None
         if isinstance(instr, DeleteCheckpoints):
@@ -453,10 +469,13 @@ class _Controller:
             self.view.status = "FINISHED"
         with contextlib.suppress(OSError):
             self._save(force=True)
+            self.rundir.remove_unregistered({r.name for r in state.book.records})
         if self.error is not None:
             self.callbacks.error()
         else:
             self.callbacks.complete()
+        if in_notebook():
+            time.sleep(OUTPUT_SETTLE_S)
         self.display.close(self.view)
         latest = state.book.latest
         return Result(

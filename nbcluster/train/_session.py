@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: Reports a worker may have in flight before ``report`` waits for the driver.
-MAX_UNACKED_REPORTS = 8
+MAX_UNACKED_REPORTS = 2
 
 
 class StopTraining(BaseException):  # noqa: N818 - not an error: the run was asked to stop

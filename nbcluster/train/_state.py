@@ -235,9 +235,11 @@ class RunState:
         self.attempt = 0
         self.next_index = 0
         self.pending: list[dict[int, _Pending]] = []
+        self.reported: list[int] = []
         self.done: dict[int, Any] = {}
         self.stopped: set[int] = set()
         self.stop_reason: str | None = None
+        self.drop_reports = False
         self.over = False
         self.worker_state: dict[int, str] = {}
         self._truncate_to_latest()
@@ -260,6 +262,7 @@ class RunState:
         self.started_at = now
         self.last_report_at = now
         self.next_index = len(self.history)
+        self.reported = [self.next_index] * self.num_workers
         self.worker_state = dict.fromkeys(range(self.num_workers), "RUNNING")
         return self.next_index
 
@@ -278,18 +281,24 @@ class RunState:
         now: float,
     ) -> list[Instruction]:
         """Rank ``rank`` sent its report number ``index`` (counted over the whole run)."""
-        if self.over:
+        if self.over or self.drop_reports:
             return []
         if index < self.next_index:
             return []  # already complete (cannot happen unless a worker repeats itself)
         self.pending[rank][index] = _Pending(dict(metrics), checkpoint_name)
+        self.reported[rank] = max(self.reported[rank], index + 1)
         self.worker_state[rank] = "RUNNING"
         return self._complete_reports(now)
 
     def _complete_reports(self, now: float) -> list[Instruction]:
         out: list[Instruction] = []
+        # A rank that stopped at a report will not make the reports after it: those
+        # cannot complete (a rank whose loop returned just reported less: no limit).
+        limit = min((self.reported[r] for r in self.stopped), default=None)
         while True:
             k = self.next_index
+            if limit is not None and k >= limit:
+                break
             live = [r for r in range(self.num_workers) if r not in self.done]
             if live and not all(k in self.pending[r] for r in live):
                 break
@@ -351,7 +360,8 @@ class RunState:
         return out
 
     def on_stopped(self, rank: int, now: float) -> list[Instruction]:
-        """Rank ``rank``'s loop ended at a ``report()`` because a stop was requested."""
+        """Rank ``rank``'s loop ended at a ``report()`` because a stop was requested;
+        reports other ranks made after its last one are dropped (they cannot complete)."""
         if self.over:
             return []
         self.stopped.add(rank)
@@ -359,10 +369,15 @@ class RunState:
         self.worker_state[rank] = "STOPPED"
         return out
 
-    def request_stop(self, reason: str) -> None:
-        """Ask the loops to stop at their next ``report()`` (interrupt, or a callback)."""
+    def request_stop(self, reason: str, keep_reports: bool = True) -> None:
+        """Ask the loops to stop at their next ``report()`` (interrupt, or a callback).
+
+        With ``keep_reports=False`` (a callback decided on the latest report) the reports
+        the loops made after it are dropped; after an interrupt they are kept.
+        """
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.drop_reports = not keep_reports
 
     def on_killed(self) -> list[Instruction]:
         """The controller ended the group while stopping (it did not stop in time)."""

@@ -41,6 +41,7 @@ EXPECTED = [
     "06_placement_groups_and_scheduling",
     "07_fault_tolerance",
     "08_multi_node",
+    "10_train",
 ]
 
 #: A run longer than this fails (the acceptance bound is 60 s; slack for slow CI machines).
@@ -244,6 +245,39 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         "check-scaled": [
             r"^alive nodes: 4$",
             r"^SPREAD: \{'node0': 2, 'node1': 2, 'node2': 2, 'node3': 2\}$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "10_train": {
+        "check-start": [STARTED],
+        "check-data": [r"^1437 training and 360 test images of shape \(1, 28, 28\)$"],
+        "check-fit": [
+            WIDGET,
+            r"TorchTrainer digits: FINISHED, iteration 8, loss=[\d.]+, accuracy=0\.\d+",
+            r"\[rank 0\] epoch 7: accuracy 0\.\d\d$",
+        ],
+        "check-result": [
+            r"^accuracy after 8 epochs: 0\.[6-9]\d$",
+            r"^best by accuracy: checkpoint_00000[0-7]$",
+            r"^checkpoints kept: \[('checkpoint_00000[0-7]', ){1,2}'checkpoint_000007'\]$",
+        ],
+        "check-repr": [r"Training result", r"finished", r"checkpoint_000007"],
+        "check-interrupt": [
+            WIDGET,
+            r"TorchTrainer digits-long: INTERRUPTED",
+            r"^interrupted: True$",
+            r"^reports before the interrupt: ([3-9]|1[01])$",
+            r"^latest checkpoint: checkpoint_0000(0[2-9]|1[01]) \(epoch ([2-9]|1[01])\)$",
+        ],
+        "check-resume": [
+            r"^resumed from: checkpoint_0000(0[2-9]|1[01])$",
+            r"^epochs this run: \[(\d+, )*11\]$",
+            r"^first epoch of this run is the one after the checkpoint: True$",
+            r": FINISHED, ",
+        ],
+        "check-warm": [
+            r"^first report \(one epoch\) after \d+ ms on new workers, \d+ ms on the warm ones$",
+            r"^same worker processes as before: True$",
         ],
         "check-stop": [STOPPED],
     },

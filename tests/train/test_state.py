@@ -248,3 +248,23 @@ def test_a_saved_run_resumes_after_its_latest_checkpoint():
         {"name": "checkpoint_000001", "iteration": 2, "metrics": history[1]}
     ]
     assert len(snap["history"]) == 3
+
+
+def test_a_stop_decided_on_a_report_drops_the_reports_made_after_it():
+    state = run(1)
+    state.on_report(0, 0, {"x": 0}, None, 101.0)
+    state.request_stop("stopped by on_report", keep_reports=False)
+    assert state.on_report(0, 1, {"x": 1}, "checkpoint_000001", 102.0) == []
+    assert state.on_stopped(0, 103.0) == [Stopped("stopped by on_report")]
+    assert len(state.history) == 1 and state.book.latest is None
+
+
+def test_reports_a_stopped_rank_never_made_are_dropped():
+    state = run(2)
+    for r in (0, 1):
+        state.on_report(r, 0, {"r": r}, None, 101.0)
+    state.request_stop("interrupted")
+    state.on_report(1, 1, {"r": 1}, None, 102.0)  # rank 1 got one report further
+    assert state.on_stopped(0, 103.0) == []  # rank 0 stopped at its second report
+    assert state.on_stopped(1, 103.0) == [Stopped("interrupted")]
+    assert [h["training_iteration"] for h in state.history] == [1]
