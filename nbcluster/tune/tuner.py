@@ -204,6 +204,9 @@ class Tuner:
             trial_dirname_creator=tc.trial_dirname_creator,
             experiment_name=rc.name or "",
             max_pending_trials=self._max_pending_trials(total),
+            prefetch=reuse
+            and self._info.kind == "function"
+            and type(self._scheduler) is FIFOScheduler,
         )
 
     def _max_pending_trials(self, total: dict[str, float]) -> int:

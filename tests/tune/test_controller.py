@@ -308,3 +308,34 @@ def test_metric_summary_scopes(scope: str) -> None:
     for v in (3.0, 1.0, 2.0):
         t.add_result({"loss": v})
     assert t.metric_summary("loss", scope=scope, mode="min") == (2.0 if scope == "last" else 1.0)
+
+
+def test_prefetch_queues_one_trial_per_busy_runner() -> None:
+    ctrl = make(num_samples=6, prefetch=True)
+    ctrl.on_start(now=0)
+    out = take(ctrl)
+    assert len([c for c in out if c[0] == "create_runner"]) == 2
+    starts = sent(out, "start")
+    assert len(starts) == 4  # two running, one queued behind each
+    t0, t1, t2, t3 = ctrl.get_trials()[:4]
+    assert t0.status == t1.status == Trial.RUNNING
+    assert t2.status == t3.status == Trial.PENDING and t2.runner_id and t3.runner_id
+    assert {t2.runner_id, t3.runner_id} == {t0.runner_id, t1.runner_id}
+    queued_on_t0 = t2 if t2.runner_id == t0.runner_id else t3
+    # t0 ends and its runner starts the queued trial by itself: no new start message for it.
+    ctrl.on_runner_events(
+        t0.runner_id,
+        [
+            ("done", t0.trial_id, t0.run_seq),
+            ("started", queued_on_t0.trial_id, queued_on_t0.run_seq, {}),
+        ],
+    )
+    out = take(ctrl)
+    assert queued_on_t0.status == Trial.RUNNING
+    assert [m[1] for _, m in sent(out, "start")] == [ctrl.get_trials()[4].trial_id]  # queued next
+    # The runner of t1 dies: t1 fails, its queued trial just waits again (no failure).
+    other = t3 if queued_on_t0 is t2 else t2
+    dead = t1.runner_id
+    ctrl.on_runner_died(dead, "gone")
+    assert t1.status == Trial.ERROR and other.num_failures == 0 and other.error_msg is None
+    assert other.runner_id not in (None, dead)  # placed again, on a new runner

@@ -255,7 +255,9 @@ def test_early_stopping_schedulers(shared_cluster: Any, tmp_path: Any, scheduler
     )
     grid = tune.Tuner(
         _curve,
-        param_space={"q": tune.grid_search([0.1 * i for i in range(1, 10)])},
+        # Not sorted: with ascending q every newcomer would beat all before it, and an
+        # asynchronous scheduler would have nothing to stop.
+        param_space={"q": tune.grid_search([0.5, 0.9, 0.1, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4])},
         tune_config=tune.TuneConfig(metric="acc", mode="max", scheduler=sched),
         run_config=rc(tmp_path),
     ).fit()

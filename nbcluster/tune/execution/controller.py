@@ -80,6 +80,7 @@ class ControllerSettings:
         trial_dirname_creator: Callable[[Trial], str] | None = None,
         experiment_name: str = "",
         max_pending_trials: int = 1,
+        prefetch: bool = False,
     ) -> None:
         self.trainable_name = trainable_name
         self.experiment_path = experiment_path
@@ -106,17 +107,21 @@ class ControllerSettings:
         self.trial_dirname_creator = trial_dirname_creator
         self.experiment_name = experiment_name
         self.max_pending_trials = max(1, max_pending_trials)
+        #: Queue one more trial on a busy runner, so it starts the moment the current one
+        #: ends (no round trip between trials). Only for FIFO with reused runners.
+        self.prefetch = prefetch
 
 
 class RunnerRecord:
     """One runner actor as the controller sees it."""
 
-    __slots__ = ("resources", "runner_id", "state", "trial_id", "trials_run")
+    __slots__ = ("queued", "resources", "runner_id", "state", "trial_id", "trials_run")
 
     def __init__(self, runner_id: str, resources: dict[str, float]) -> None:
         self.runner_id = runner_id
         self.resources = dict(resources)
         self.trial_id: str | None = None  # the trial it hosts (until the runner confirms its end)
+        self.queued: str | None = None  # the trial it starts next (prefetch), still PENDING
         self.state = "alive"  # "alive", "retiring" (end it when its trial is gone), "dead"
         self.trials_run = 0
 
@@ -176,7 +181,7 @@ class TuneController:
 
     def is_finished(self) -> bool:
         """True when nothing runs and nothing more will (or the stop is complete)."""
-        if any(r.trial_id for r in self.runners.values() if r.state != "dead"):
+        if any(r.trial_id or r.queued for r in self.runners.values() if r.state != "dead"):
             return False
         if self.stopping:
             return True
@@ -217,8 +222,21 @@ class TuneController:
                 return r
         return None
 
+    def _prefetch_runner(self, resources: dict[str, float]) -> RunnerRecord | None:
+        if not self.settings.prefetch:
+            return None
+        for r in self.runners.values():
+            if r.state == "alive" and r.trial_id and r.queued is None and r.resources == resources:
+                return r
+        return None
+
+    def _room_for_new_runner(self, resources: dict[str, float]) -> bool:
+        alive = [r for r in self.runners.values() if r.state != "dead"]
+        return len(alive) < self._runner_cap() and self._fits(resources)
+
     def has_resources_for_trial(self, trial: Trial) -> bool:
-        """True if ``trial`` could start now: a free runner or room for a new one."""
+        """True if ``trial`` could start now: a free runner, room for a new one, or (with
+        prefetch) a busy runner with nothing queued."""
         if trial.runner_id is not None or self.stopping:
             return False
         limit = self.settings.max_concurrent_trials
@@ -226,8 +244,9 @@ class TuneController:
             return False
         if self._idle_runner(trial.resources) is not None:
             return True
-        alive = [r for r in self.runners.values() if r.state != "dead"]
-        return len(alive) < self._runner_cap() and self._fits(trial.resources)
+        if self._room_for_new_runner(trial.resources):
+            return True
+        return trial.status == Trial.PENDING and self._prefetch_runner(trial.resources) is not None
 
     # ======================================================================= events in
     def on_start(self, now: float | None = None) -> None:
@@ -271,6 +290,7 @@ class TuneController:
             elif kind == "checkpoint":
                 self._add_checkpoint(trial, event[3], dict(trial.last_result))
             elif kind == "started":
+                self._on_started(trial)
                 self.outbox.append(("trial_started", trial, event[3]))
             elif kind == "output":
                 self.outbox.append(("output", trial, event[3]))
@@ -291,6 +311,11 @@ class TuneController:
         if runner is None or runner.state == "dead":
             return
         runner.state = "dead"
+        queued = self._by_id.get(runner.queued or "")
+        if queued is not None and queued.runner_id == runner_id:
+            queued.runner_id = None  # it never started: it just waits again
+            queued.pending_decision = ""
+        runner.queued = None
         trial = self._by_id.get(runner.trial_id or "")
         runner.trial_id = None
         if trial is not None and trial.runner_id == runner_id:
@@ -579,6 +604,10 @@ class TuneController:
 
     def _start(self, trial: Trial) -> None:
         runner = self._idle_runner(trial.resources)
+        queued = False
+        if runner is None and not self._room_for_new_runner(trial.resources):
+            runner = self._prefetch_runner(trial.resources)
+            queued = runner is not None
         if runner is None:
             self._retire_idle_runners_for(trial.resources)
             self._runner_counter += 1
@@ -586,7 +615,10 @@ class TuneController:
             self.runners[runner.runner_id] = runner
             self.outbox.append(("create_runner", runner.runner_id, dict(trial.resources)))
         was_paused = trial.status == Trial.PAUSED
-        runner.trial_id = trial.trial_id
+        if queued:
+            runner.queued = trial.trial_id
+        else:
+            runner.trial_id = trial.trial_id
         runner.trials_run += 1
         trial.runner_id = runner.runner_id
         trial.run_seq += 1
@@ -613,6 +645,8 @@ class TuneController:
             "checkpoint_at_end": self.settings.checkpoint_at_end,
         }
         self._send(trial, ("start", trial.trial_id, trial.run_seq, spec))
+        if queued:
+            return  # PENDING until the runner says it started
         trial.set_status(Trial.RUNNING)
         self.outbox.append(("trial_running", trial, was_paused))
         if was_paused:
@@ -628,6 +662,17 @@ class TuneController:
             if r.state == "alive" and r.trial_id is None:
                 self._end_runner(r)
 
+    def _on_started(self, trial: Trial) -> None:
+        """A queued (prefetched) trial began on its runner: it is RUNNING now."""
+        rec = self.runners.get(trial.runner_id or "")
+        if rec is None or rec.queued != trial.trial_id:
+            return
+        rec.queued = None
+        rec.trial_id = trial.trial_id
+        if trial.status == Trial.PENDING:
+            trial.set_status(Trial.RUNNING)
+            self.outbox.append(("trial_running", trial, False))
+
     def _release(self, trial: Trial, runner: RunnerRecord | None) -> None:
         """The runner confirmed the trial's end: it is free (or ended, without reuse)."""
         trial.pending_decision = ""
@@ -636,6 +681,9 @@ class TuneController:
         rec = self.runners.get(trial.runner_id)
         trial.runner_id = None
         if rec is None or rec.state == "dead":
+            return
+        if rec.queued == trial.trial_id:
+            rec.queued = None  # dropped from the queue before it started
             return
         rec.trial_id = None
         if not self.settings.reuse_actors or rec.state == "retiring":

@@ -222,6 +222,8 @@ class TrialRunner:
         self._cond = threading.Condition()
         self._events: list[tuple[Any, ...]] = []
         self._session: _RunnerSession | None = None
+        self._queue: list[tuple[str, int, dict[str, Any]]] = []  # prefetched trials
+        self._early: list[tuple[Any, ...]] = []  # messages that overtook their trial's start
         self._instance: Trainable | None = None
         self._last_output_flush = 0.0
         sys.stdout = _CaptureStream(self, sys.stdout)  # type: ignore[assignment]
@@ -294,6 +296,13 @@ class TrialRunner:
             with self._cond:
                 session = self._session
                 if session is None or session.trial_id != trial_id or session.run_seq != run_seq:
+                    queued = [q for q in self._queue if q[0] == trial_id and q[1] == run_seq]
+                    if queued and kind in ("stop", "pause"):
+                        self._queue.remove(queued[0])
+                        self._events.append(("stopped", trial_id, run_seq))
+                        self._cond.notify_all()
+                    elif not queued:
+                        self._early = [*self._early[-63:], message]  # its start may follow
                     continue
                 if kind == "ack":
                     session.acked = max(session.acked, message[3])
@@ -321,12 +330,23 @@ class TrialRunner:
                 raise TrialStopped(session.stop_kind)
 
     def _start(self, trial_id: str, run_seq: int, spec: dict[str, Any]) -> None:
+        with self._cond:
+            if self._session is not None:
+                self._queue.append((trial_id, run_seq, spec))  # starts when the current ends
+                return
+        self._start_now(trial_id, run_seq, spec)
+
+    def _start_now(self, trial_id: str, run_seq: int, spec: dict[str, Any]) -> None:
         session = _RunnerSession(self, trial_id, run_seq, spec)
+        early = [m for m in self._early if m[1] == trial_id and m[2] == run_seq]
+        self._early = [m for m in self._early if m[1] != trial_id]
         if spec.get("trial_dir"):
             os.makedirs(spec["trial_dir"], exist_ok=True)
         with self._cond:
             self._session = session
         self._emit(("started", trial_id, run_seq, {"pid": self.pid, "hostname": _HOSTNAME}))
+        if early:
+            self._apply(early)
         target = self._run_class if self.kind == "class" else self._run_function
         thread = threading.Thread(
             target=self._run, args=(session, target), name=f"trial-{trial_id}", daemon=True
@@ -353,7 +373,10 @@ class TrialRunner:
             self._events.append(final)
             if self._session is session:
                 self._session = None
+            following = self._queue.pop(0) if self._queue else None
             self._cond.notify_all()
+        if following is not None:
+            self._start_now(*following)
 
     def _run_function(self, session: _RunnerSession) -> None:
         returned = self.trainable(session.config)
