@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import sys
 import time
-from typing import IO
+from typing import IO, Any
 
 from nbcluster.tune._render import (
     STATUS_COLORS,
@@ -209,8 +209,13 @@ class WidgetReporter(Reporter):
         super().start(trials)
         from IPython.display import display
 
-        display(self.widget)
+        display(self)
         self.update(trials, force=True)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        data["text/plain"] = f"<Tune live widget: trial table, {self.metric or 'metric'} per trial>"
+        return data
 
     def note(self, text: str) -> None:
         self._note = text

@@ -42,6 +42,7 @@ EXPECTED = [
     "07_fault_tolerance",
     "08_multi_node",
     "10_train",
+    "11_tune",
 ]
 
 #: A run longer than this fails (the acceptance bound is 60 s; slack for slow CI machines).
@@ -278,6 +279,36 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         "check-warm": [
             r"^first report \(one epoch\) after \d+ ms on new workers, \d+ ms on the warm ones$",
             r"^same worker processes as before: True$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "11_tune": {
+        "check-start": [STARTED],
+        "check-search": [
+            WIDGET,
+            r"^8 trials, 8 terminated, 0 errors$",
+            r"^best: lr=0\.\d{4}, momentum=0\.\d\d, loss=\d\.\d{4}$",
+        ],
+        "check-grid": [r"ResultGrid: 8 trials", r"8 TERMINATED", r"config/|lr"],
+        "check-frame": [r"^8 rows, one per trial$", r"config/lr", r"^best trial's history: 20 results$"],
+        "check-more": [WIDGET, r"^12 trials now, 12 terminated$", r"^the first 8 unchanged: True$"],
+        "check-asha": [
+            WIDGET,
+            r"^stopped early: ([1-9]|1[0-5]) of 16 trials$",
+            r"^epochs run: \d+ instead of 320$",
+            r"^best loss: \d\.\d{4}$",
+        ],
+        "check-interrupt": [
+            WIDGET,
+            r"Interrupted\. Finished trials are in the returned ResultGrid",
+            r"^stopped: interrupted$",
+            r"^results so far: \d+$",
+        ],
+        "check-restore": [
+            WIDGET,
+            r"^can restore: True$",
+            r"^4 of 4 trials finished$",
+            r"^trials that started over: 0$",
         ],
         "check-stop": [STOPPED],
     },
