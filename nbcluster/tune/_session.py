@@ -16,11 +16,25 @@ from typing import Any
 from nbcluster.train import Checkpoint
 from nbcluster.train import _session as _train_session
 
-__all__ = ["TrialSession", "TuneContext", "current_session", "get_context", "set_session"]
+__all__ = [
+    "TrialSession",
+    "TrialStopped",
+    "TuneContext",
+    "current_session",
+    "get_context",
+    "set_session",
+]
 
 _local = threading.local()
 _process_session: TrialSession | None = None
 _lock = threading.Lock()
+
+
+class TrialStopped(BaseException):
+    """Raised inside a trial by ``report`` when the controller stopped or paused it.
+
+    A ``BaseException``, so that ``except Exception`` in a training loop lets it through.
+    """
 
 
 class TrialSession:

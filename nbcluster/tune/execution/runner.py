@@ -35,7 +35,7 @@ from typing import Any
 
 from nbcluster.exceptions import TaskError
 from nbcluster.tune._checkpoint import Checkpoint, checkpoint_index, persist_checkpoint
-from nbcluster.tune._session import TrialSession, set_session
+from nbcluster.tune._session import TrialSession, TrialStopped, set_session
 from nbcluster.tune.trainable.trainable import Trainable
 
 __all__ = ["OUTPUT_LINES_PER_S", "TrialRunner", "TrialStopped"]
@@ -53,10 +53,6 @@ def _node_ip() -> str:
             return str(s.getsockname()[0])
     except OSError:
         return "127.0.0.1"
-
-
-class TrialStopped(BaseException):
-    """Raised inside a trial's thread by ``report`` when the controller stopped or paused it."""
 
 
 class _Output:
