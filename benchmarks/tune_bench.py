@@ -8,8 +8,8 @@ Each system runs in its own fresh subprocess; nbcluster and Ray get one node wit
 (started before the clock starts; every trial takes 1 CPU). Workloads:
 
 - **N trivial trials**: a function that reports 10 times and does nothing else, sampled
-  N times from ``{"x": uniform(0, 1)}`` (N = 100 and 1,000): wall time of ``fit()``, and
-  trials/s. Targets (issue 16): 100 trials in <= 0.5 s; 1,000 trials >= 5x Ray's rate.
+  N times from ``{"x": uniform(0, 1)}`` (N = 100, the median of 3 runs, and 1,000): wall
+  time of ``fit()``, and trials/s. Targets (issue 16): 100 trials in <= 0.5 s; 1,000 trials >= 5x Ray's rate.
 - **results/s**: 2 trials reporting 1,000 times each (target >= 2,000 results/s).
 - **ASHA vs FIFO**: 27 trials of a synthetic learning curve ``acc = q * (1 - 1/(i+1))``
   over 27 iterations of 10 ms each, q from a shuffled grid (the best is q = 1); FIFO runs
@@ -235,10 +235,15 @@ class RayAdapter(_TuneLike):
         _REPORT[0] = tune.report
         self.storage = tempfile.mkdtemp(prefix="tb-ray-")
         kwargs = dict(num_cpus=NUM_CPUS, include_dashboard=False, logging_level=logging.WARNING)
-        try:
-            ray.init(_node_ip_address="127.0.0.1", **kwargs)
-        except TypeError:
-            ray.init(**kwargs)
+        for attempt in range(3):  # Ray gives its raylet 30 s to start: a loaded machine misses it
+            try:
+                ray.init(_node_ip_address="127.0.0.1", **kwargs)
+                return
+            except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception here
+                if "timed out during startup" not in str(e) or attempt == 2:
+                    raise
+                log(f"[ray] start timed out (attempt {attempt + 1}); retrying")
+                ray.shutdown()
 
     def stop(self) -> None:
         self.ray.shutdown()
@@ -330,7 +335,7 @@ def child(system: str, out: str, s: Sizes) -> None:
         log(f"[{system}] {record}")
 
     run("warmup", lambda: a.trivial(4))
-    run("t_small", lambda: a.trivial(s.small))
+    run("t_small", lambda: sorted(a.trivial(s.small) for _ in range(3))[1])  # median of 3
     run("t_large", lambda: a.trivial(s.large))
     run("results", lambda: a.results(s.long_reports))
     run("fifo", lambda: a.asha(s, use_asha=False))
