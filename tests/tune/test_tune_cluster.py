@@ -487,3 +487,57 @@ def test_tune_over_a_torch_trainer(shared_cluster: Any, tmp_path: Any) -> None:
     for r in grid:
         assert os.path.dirname(r.checkpoint.path) == r.path  # Train wrote into the trial's folder
         assert os.path.isfile(os.path.join(r.checkpoint.path, "model.pt"))
+
+
+class Accumulate(tune.Trainable):
+    def setup(self, config: dict[str, Any]) -> None:
+        self.total = 0.0
+        self.restores = 0
+
+    def step(self) -> dict[str, Any]:
+        time.sleep(0.01)
+        self.total += self.config["lr"]
+        return {"total": self.total, "restores": self.restores}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "total.json"), "w") as f:
+            json.dump({"total": self.total, "restores": self.restores}, f)
+
+    def load_checkpoint(self, checkpoint: Any) -> None:
+        with open(os.path.join(checkpoint, "total.json")) as f:
+            state = json.load(f)
+        self.total, self.restores = state["total"], state["restores"] + 1
+
+
+def test_hyperband_pauses_and_resumes_a_trainable_class(shared_cluster: Any, tmp_path: Any) -> None:
+    grid = tune.Tuner(
+        Accumulate,
+        param_space={"lr": tune.grid_search([0.5, 1.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7])},
+        tune_config=tune.TuneConfig(
+            metric="total", mode="max", scheduler=HyperBandScheduler(max_t=9, reduction_factor=3)
+        ),
+        run_config=rc(tmp_path),
+    ).fit()
+    for r in grid:
+        # Paused at a milestone, saved, resumed later from that checkpoint: nothing lost.
+        assert r.metrics["total"] == pytest.approx(r.metrics["training_iteration"] * r.config["lr"])
+    assert max(r.metrics["restores"] for r in grid) >= 1
+    assert {r.metrics["training_iteration"] for r in grid} >= {9}
+
+
+def test_time_budget_and_function_stopper(shared_cluster: Any, tmp_path: Any) -> None:
+    start = time.monotonic()
+    grid = tune.Tuner(
+        _slow,
+        param_space={"steps": 1000, "sleep": 0.05},
+        tune_config=tune.TuneConfig(num_samples=2, time_budget_s=1.0),
+        run_config=rc(tmp_path, "budget"),
+    ).fit()
+    assert time.monotonic() - start < 8
+    assert "time budget" in grid.stop_reason and grid.num_terminated == 2
+    grid = tune.Tuner(
+        _slow,
+        param_space={"steps": 1000, "sleep": 0.0},
+        run_config=rc(tmp_path, "fn", stop=lambda trial_id, result: result["step"] >= 4),
+    ).fit()
+    assert grid[0].metrics["step"] == 4 and grid[0].metrics["training_iteration"] == 5

@@ -12,7 +12,8 @@ The controller talks to a runner with two methods:
 
 A function trial's ``tune.report`` returns immediately while fewer than
 ``max_results_ahead`` of its results wait for the controller's acknowledgement; at that
-bound (0 for lock-step schedulers) it blocks until the controller answers. A stop or
+bound (0 for lock-step schedulers), and for a report with a checkpoint, it blocks until
+the controller answers. A stop or
 pause makes the next ``report`` raise :class:`TrialStopped` (a ``BaseException``, so the
 user's ``except Exception`` does not swallow it).
 
@@ -319,7 +320,10 @@ class TrialRunner:
             )
             self._cond.notify_all()
             session.waiting = True
-            while session.seq - session.acked > session.max_ahead and not session.stop_kind:
+            # A result with a checkpoint waits for the controller's answer: a trial stopped
+            # there writes no more checkpoints only to have them deleted.
+            ahead = 0 if checkpoint is not None else session.max_ahead
+            while session.seq - session.acked > ahead and not session.stop_kind:
                 self._cond.wait()
             session.waiting = False
             if session.stop_kind:
