@@ -170,10 +170,18 @@ class Tuner:
         )
 
     def _resolve_experiment_path(self) -> str:
+        """``storage_path/name``; without a name, ``<trainable>_<time>`` (Ray's default),
+        with ``_2``, ``_3``... when another experiment took that folder in the same second."""
         rc = self._run_config
-        name = rc.name or f"{self._info.name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
-        rc.name = name
-        return os.path.join(rc.resolved_storage_path(), name)
+        root = rc.resolved_storage_path()
+        if rc.name is None:
+            base = f"{self._info.name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
+            name, n = base, 1
+            while os.path.exists(os.path.join(root, name)):
+                n += 1
+                name = f"{base}_{n}"
+            rc.name = name
+        return os.path.join(root, rc.name)
 
     def _settings(self, total: dict[str, float]) -> ControllerSettings:
         tc, rc = self._tune_config, self._run_config
