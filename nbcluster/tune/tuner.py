@@ -107,7 +107,8 @@ class Tuner:
             )
         self._param_space: dict[str, Any] = copy.deepcopy(param_space or {})
         self._tune_config = tune_config or TuneConfig()
-        self._run_config = run_config or RunConfig()
+        # A copy: the Tuner fills in the name, which must not leak into another Tuner.
+        self._run_config = copy.copy(run_config) if run_config is not None else RunConfig()
         self._stopper = make_stopper(self._run_config.stop)
         self._scheduler: TrialScheduler = self._tune_config.scheduler or FIFOScheduler()
         if not isinstance(self._scheduler, TrialScheduler):
