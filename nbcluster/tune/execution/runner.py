@@ -129,6 +129,13 @@ class _CaptureStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def fileno(self) -> int:
+        return int(self._fallback.fileno())
+
 
 class _RunnerSession(TrialSession):
     """The session of one run of one trial inside a runner."""
