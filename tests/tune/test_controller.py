@@ -339,3 +339,13 @@ def test_prefetch_queues_one_trial_per_busy_runner() -> None:
     ctrl.on_runner_died(dead, "gone")
     assert t1.status == Trial.ERROR and other.num_failures == 0 and other.error_msg is None
     assert other.runner_id not in (None, dead)  # placed again, on a new runner
+
+
+def test_a_failure_during_an_interrupt_stays_resumable() -> None:
+    ctrl = make(num_samples=1, max_failures=2)
+    ctrl.on_start(now=0)
+    take(ctrl)
+    (t,) = ctrl.get_trials()
+    ctrl.on_interrupt()
+    ctrl.on_runner_events(t.runner_id, [("error", t.trial_id, t.run_seq, "OSError: disk", None)])
+    assert t.status == Trial.PAUSED and t.num_failures == 1 and ctrl.is_finished()

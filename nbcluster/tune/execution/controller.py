@@ -433,11 +433,11 @@ class TuneController:
         if trial.is_finished():
             return
         max_failures = self.settings.max_failures
-        if self.stopping and self.stopping != "interrupted":
-            trial.set_status(Trial.ERROR)
-        elif not self.stopping and (max_failures < 0 or trial.num_failures <= max_failures):
+        retry = max_failures < 0 or trial.num_failures <= max_failures
+        if retry and self.stopping in ("", "interrupted"):
             trial.restore_from = None  # resume from its latest checkpoint
-            trial.set_status(Trial.PENDING)
+            # Interrupted: it resumes with the others at the next fit() or restore.
+            trial.set_status(Trial.PAUSED if self.stopping else Trial.PENDING)
             self.outbox.append(("trial_retry", trial))
             return
         trial.set_status(Trial.ERROR)
