@@ -21,7 +21,14 @@ import pytest
 import nbcluster
 from nbcluster import train
 from nbcluster.testing import poll_for
-from nbcluster.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from nbcluster.train import (
+    Checkpoint,
+    CheckpointConfig,
+    DataConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+)
 from nbcluster.train.torch import TorchTrainer, get_device, prepare_data_loader, prepare_model
 
 torch = pytest.importorskip("torch")
@@ -264,8 +271,12 @@ def linear_train_func():
             total += loss.item() * len(inputs)
         everyone = [None] * train.get_context().get_world_size()
         dist.all_gather_object(everyone, xs)
+        valid = sum(
+            len(b["v"]) for b in train.get_dataset_shard("valid").iter_batches(batch_size=4)
+        )
         train.report(
             {
+                "valid_rows": valid,
                 "loss": total / len(xs),
                 "rows": len(xs),
                 "rows_all": sum(len(e) for e in everyone),
@@ -286,7 +297,8 @@ def test_datasets_are_split_across_ranks(train_cluster, tmp_path):
     train_dataset = train_dataset.map_batches(increment)
     trainer = TorchTrainer(
         linear_train_func,
-        datasets={"train": train_dataset},
+        datasets={"train": train_dataset, "valid": data.from_items([{"v": i} for i in range(10)])},
+        dataset_config=DataConfig(datasets_to_split=["train"]),
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=str(tmp_path)),
     )
@@ -295,6 +307,7 @@ def test_datasets_are_split_across_ranks(train_cluster, tmp_path):
     assert list(df["rows"]) == [100, 100, 100]  # an equal share per rank, every epoch
     assert list(df["rows_all"]) == [200] * 3 and list(df["distinct_all"]) == [200] * 3
     assert df["loss"].iloc[-1] < df["loss"].iloc[0]
+    assert list(df["valid_rows"]) == [10, 10, 10]  # not split: every rank reads all of it
 
 
 def slow_loop(config):
