@@ -360,3 +360,25 @@ def test_a_flood_of_worker_output_is_folded(train_cluster, tmp_path, capfd):
     printed = out.count("] line ")
     assert printed < 40000, printed  # not every line reached the driver
     assert "more lines folded by the output rate limit" in out or "more lines dropped" in out
+
+
+def test_an_interrupt_while_waiting_for_resources_gives_them_back(train_cluster, tmp_path):
+    @nbcluster.remote(num_cpus=3)
+    def hold(path: str) -> None:
+        while not os.path.exists(path):
+            time.sleep(0.05)
+
+    release = tmp_path / "release"
+    ref = hold.remote(str(release))
+    poll_for(lambda: nbcluster.available_resources().get("CPU", 0) <= 1.0, timeout=10)
+    main = threading.main_thread().ident
+    threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    result = DataParallelTrainer(
+        lambda: train.report({"ok": 1}),
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=_run_config(tmp_path),
+    ).fit()
+    assert result.interrupted and result.metrics is None and result.checkpoint is None
+    release.touch()
+    nbcluster.get(ref)
+    # (the fixture checks that the pending placement group's CPUs are all back)
