@@ -92,8 +92,13 @@ class Read(LogicalOp):
 
     @property
     def name(self) -> str:
-        """``ReadParquet``, ``Range``..."""
-        return self.label
+        """``ReadParquet``, ``ReadRange``... with what was pushed into it."""
+        pushed = []
+        if self.columns is not None:
+            pushed.append("columns=" + ",".join(self.columns))
+        if self.filter is not None:
+            pushed.append(f"filter={self.filter}")
+        return self.label + (f"[{'; '.join(pushed)}]" if pushed else "")
 
 
 @dataclasses.dataclass(eq=False)

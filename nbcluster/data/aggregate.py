@@ -184,11 +184,13 @@ def aggregate_block(block: pa.Table, keys: Sequence[str], aggs: Sequence[Aggrega
             custom.append((i, a))
     if requests:
         out = block.group_by(keys, use_threads=False).aggregate(requests)
-        n_keys = len(keys)
-        agg_cols = [c for c in out.column_names if c not in keys][: len(names)]
-        arrays = [out.column(k) for k in keys] + [out.column(c) for c in agg_cols]
+        # Arrow puts the keys first (recent versions) or last; aggregates keep request order.
+        k = len(keys)
+        keys_first = out.column_names[:k] == keys
+        agg_idx = range(k, k + len(names)) if keys_first else range(len(names))
+        key_idx = range(k) if keys_first else range(len(names), len(names) + k)
+        arrays = [out.column(i) for i in key_idx] + [out.column(i) for i in agg_idx]
         out = pa.Table.from_arrays(arrays, names=keys + names)
-        del n_keys
     else:
         out = block.group_by(keys, use_threads=False).aggregate([([], "count_all")]).select(keys)
     for i, a in custom:
