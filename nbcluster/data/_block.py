@@ -341,8 +341,9 @@ def concat(tables: Sequence[pa.Table]) -> pa.Table:
 
 
 def slice_block(table: pa.Table, start: int, end: int) -> pa.Table:
-    """Rows ``[start, end)`` of ``table`` (zero-copy)."""
-    return table.slice(start, max(end - start, 0))
+    """Rows ``[start, end)`` of ``table`` (zero-copy; clamped to the table)."""
+    start = min(max(start, 0), table.num_rows)
+    return table.slice(start, max(min(end, table.num_rows) - start, 0))
 
 
 def compact(table: pa.Table) -> pa.Table:

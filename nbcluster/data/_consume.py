@@ -182,10 +182,11 @@ class ConsumeAPI:
     def take_batch(self, batch_size: int = 20, *, batch_format: str | None = "default") -> Any:
         """The first ``batch_size`` rows as one batch; ``ValueError`` if the dataset is empty."""
         tables = [nbcluster.get(b.block) for b in self._head_bundles(batch_size)]
-        table = concat([t for t in tables if t.num_rows]).slice(0, batch_size) if tables else None
-        if table is None or table.num_rows == 0:
+        nonempty = [t for t in tables if t.num_rows]
+        if not nonempty:
             raise ValueError("The dataset is empty.")
-        return block_to_batch(table, batch_format)
+        table = concat(nonempty)
+        return block_to_batch(table.slice(0, min(batch_size, table.num_rows)), batch_format)
 
     def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Every row; with ``limit``, ``ValueError`` if there are more than that."""

@@ -240,7 +240,7 @@ class Execution:
                 for ins in self.state.decide():
                     self._apply(ins)
                 self._track()
-                if self.state.done and not self._pending:
+                if self.state.done and not self._pending and not self.state.consumer:
                     break
                 self._poll()
                 self._tick_progress()

@@ -80,11 +80,14 @@ def _batches(blocks: Iterable[pa.Table], batch_size: int | None) -> Iterator[pa.
     """Re-chunk ``blocks`` into tables of ``batch_size`` rows (the last may be shorter)."""
     if batch_size is None:
         for b in blocks:
-            yield b
+            if b.num_rows:
+                yield b
         return
     pending: list[pa.Table] = []
     rows = 0
     for b in blocks:
+        if b.num_rows == 0:
+            continue  # as Ray: the function never sees an empty batch
         offset = 0
         while offset < b.num_rows:
             take = min(batch_size - rows, b.num_rows - offset)
@@ -94,10 +97,8 @@ def _batches(blocks: Iterable[pa.Table], batch_size: int | None) -> Iterator[pa.
             if rows == batch_size:
                 yield concat(pending)
                 pending, rows = [], 0
-        if b.num_rows == 0 and not pending and not rows:
-            pending.append(b)
-    if pending and (rows or all(p.num_rows == 0 for p in pending)):
-        yield concat(pending) if rows else pending[0]
+    if pending:
+        yield concat(pending)
 
 
 @dataclasses.dataclass

@@ -247,9 +247,12 @@ def combine(partials: pa.Table, keys: Sequence[str], aggs: Sequence[AggregateFn]
         df["__all"] = 0
         grouped = df.groupby("__all", sort=False)
         out = pd.DataFrame(index=[0])
+    columns = {k: pa.array(out[k], from_pandas=True) for k in keys}
     for i, a in enumerate(aggs):
-        out[a.name] = _finish(df, grouped, i, a, len(out))
-    table = pa.Table.from_pandas(out, preserve_index=False)
+        values = _finish(df, grouped, i, a, len(out))
+        # NaN is a value for Std (as Ray and pandas); elsewhere it means "no value" (null).
+        columns[a.name] = pa.array(values, from_pandas=not isinstance(a, Std))
+    table = pa.table(columns)
     if keys and table.num_rows:
         table = table.sort_by([(k, "ascending", "at_end") for k in keys])
     return table
