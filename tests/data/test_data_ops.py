@@ -39,7 +39,7 @@ def _ds(df: pd.DataFrame, blocks: int = 4) -> data.Dataset:
         return data.from_pandas(df)
     cuts = [len(df) * j // blocks for j in range(blocks + 1)]
     return data.from_pandas(
-        [df.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts[:-1], cuts[1:])]
+        [df.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
     )
 
 
