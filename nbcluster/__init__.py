@@ -5,6 +5,8 @@ is internal. Importing this package starts nothing and reads no configuration:
 ``nbcluster.init()`` (or ``%cluster start``) does that.
 """
 
+import importlib
+
 from nbcluster import dag, exceptions, util
 from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
@@ -42,6 +44,8 @@ def __getattr__(name: str) -> object:
         from nbcluster.jupyter.widgets import progress
 
         return progress
+    if name == "data":  # nbcluster.data imports pyarrow: only when it is used
+        return importlib.import_module("nbcluster.data")
     raise AttributeError(f"module 'nbcluster' has no attribute {name!r}")
 
 
@@ -78,6 +82,7 @@ __all__ = [
     "cancel",
     "cluster_resources",
     "dag",
+    "data",
     "exceptions",
     "get",
     "get_actor",
