@@ -94,7 +94,7 @@ class ConsumeAPI:
             self._context,
             preserve_order=preserve_order,
             progress=progress,
-            label=f"Dataset {self._label()}",
+            label=f"Dataset {self._name}" if self._name else "Dataset",
         )
         if plan is None:
             self._last_execution = ex

@@ -26,6 +26,7 @@ from nbcluster.data._block import (
     block_to_batch,
     concat,
     iter_rows,
+    row_views,
     rows_to_block,
 )
 
@@ -349,12 +350,11 @@ class FilterStage(Stage):
             fn = self._callable
             assert fn is not None
             keep = []
-            for row in iter_rows(table):
-                try:
-                    ok = fn(row)
-                except Exception as err:
-                    raise _note(err, self.name) from None
-                keep.append(bool(ok))
+            try:
+                for row in row_views(table):
+                    keep.append(bool(fn(row)))
+            except Exception as err:
+                raise _note(err, self.name) from None
             yield table.filter(pa.array(keep, type=pa.bool_())) if keep else table
 
 

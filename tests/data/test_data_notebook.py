@@ -72,7 +72,11 @@ def test_one_widget_per_execution_updated_in_place(
     assert ds.count() == 400
     elapsed = time.monotonic() - started
     assert len(shown.shown) == 1  # one widget for the whole execution
-    widget = shown.shown[0]
+    display = shown.shown[0]
+    assert display._repr_mimebundle_()["text/plain"].endswith(
+        ": ReadRange->MapBatches(_slow)->Map(<lambda>)"
+    )
+    widget = display.widget
     # A few updates a second at most (interval 0.3 s), each replacing the table in place.
     assert 1 <= len(updates) <= elapsed / 0.3 + 2
     final = widget.children[1].value
