@@ -11,7 +11,8 @@ timed):
 
 - ``parquet -> map_batches -> iter_batches``: read every file, a numpy function
   (``y = v * 2 + w``) as tasks, iterate batches of 4,096 rows; rows/s.
-- ``... with an actor pool``: the same function as a callable class on 2 actors.
+- ``... with an actor pool``: the same function as a callable class on a pool of one
+  actor (two one-CPU actors on two CPUs leave Ray Data no CPU to read with: it hangs).
 - ``random_shuffle``, ``sort``: the whole data set, consumed block by block; rows/s.
 - ``groupby(k).mean(v)``: the result to pandas; rows/s of input.
 - ``small: 1M-row groupby``: ``from_pandas`` of 1M rows, ``groupby().mean()``, to pandas; s.
@@ -50,6 +51,9 @@ SYSTEMS = ("nbcluster", "ray", "floor")
 LABELS = {"nbcluster": "nbcluster", "ray": "Ray Data", "floor": "pandas/pyarrow"}
 FILES = 8
 BATCH = 4096
+#: Actors in the pool row. With 2 CPUs, a pool of 2 one-CPU actors leaves Ray Data no CPU
+#: for its read tasks and it hangs ("Cluster resources are not enough"), so both use 1.
+POOL = 1
 
 ROWS = [
     ("pipeline", "parquet -> map_batches -> iter_batches", "rows/s"),
@@ -211,7 +215,7 @@ def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) ->
         "actors",
         lambda: _consume(
             rd.read_parquet(path)
-            .map_batches(Udf, concurrency=NUM_CPUS)
+            .map_batches(Udf, concurrency=POOL)
             .iter_batches(batch_size=BATCH)
         ),
         True,
