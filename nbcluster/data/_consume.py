@@ -36,6 +36,8 @@ from nbcluster.data._logical import (
     walk,
 )
 from nbcluster.data._optimizer import explain
+from nbcluster.data._plan_view import PlanView
+from nbcluster.data._preview import preview as _preview
 from nbcluster.data._schema import Schema
 from nbcluster.data.context import DataContext
 from nbcluster.data.iterator import DataIterator, Piece
@@ -328,15 +330,11 @@ class ConsumeAPI:
     # ------------------------------------------------------------------ notebook
     def preview(self, n: int = 5) -> Any:
         """Push one block through every operator; show a sample and the schema after each."""
-        from nbcluster.data._preview import preview
-
-        return preview(self._plan, n)
+        return _preview(self._plan, n)
 
     def plan_view(self) -> Any:
         """A live graph of the plan: each operator's rows/s, bytes in flight, and what holds
         it back, updated while this dataset runs (a plotly widget in Jupyter)."""
-        from nbcluster.data._plan_view import PlanView
-
         return PlanView(self._plan, self._context)
 
     def __repr__(self) -> str:

@@ -89,6 +89,7 @@ class Read(LogicalOp):
     filter: Any = None
     remote_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     concurrency: int | None = None
+    pushed_limit: int | None = None
 
     @property
     def name(self) -> str:

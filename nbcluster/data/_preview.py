@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 import nbcluster
+from nbcluster.data._all_to_all import _group_bounds
 from nbcluster.data._block import concat
 from nbcluster.data._datasource import ReadTask
 from nbcluster.data._display import Markup, render
@@ -80,8 +81,6 @@ def _apply(op: LogicalOp, table: pa.Table) -> tuple[pa.Table, str]:
             out = []
             if table.num_rows:
                 t = table.sort_by([(k, "ascending", "at_end") for k in keys]) if keys else table
-                from nbcluster.data._all_to_all import _group_bounds
-
                 bounds = _group_bounds(t, keys) if keys else [0, t.num_rows]
                 for s, e in zip(bounds[:-1], bounds[1:], strict=True):
                     out.extend(stage.apply(iter([t.slice(s, e - s)])))

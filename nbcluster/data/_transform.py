@@ -24,6 +24,7 @@ import pyarrow as pa
 from nbcluster.data._block import (
     batch_to_block,
     block_to_batch,
+    column_from_values,
     concat,
     iter_rows,
     row_views,
@@ -179,8 +180,6 @@ class AddColumnStage(Stage):
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
         """Append ``fn(batch)`` as column ``col`` of every block."""
-        from nbcluster.data._block import column_from_values
-
         for table in blocks:
             batch = block_to_batch(table, self.batch_format)
             try:

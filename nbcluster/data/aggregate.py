@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbcluster.data._block import iter_rows
+
 __all__ = ["AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum", "aggregate_block", "combine"]
 
 
@@ -199,8 +201,6 @@ def aggregate_block(block: pa.Table, keys: Sequence[str], aggs: Sequence[Aggrega
 
 
 def _custom_states(block: pa.Table, keys: list[str], groups: pa.Table, a: AggregateFn) -> pa.Array:
-    from nbcluster.data._block import iter_rows
-
     states = []
     for g in range(groups.num_rows):
         key_vals = [groups.column(k)[g].as_py() for k in keys]

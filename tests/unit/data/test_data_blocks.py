@@ -265,3 +265,21 @@ def test_data_context_defaults_and_budget() -> None:
     assert DataContext.get_current() is DataContext.get_current()
     with pytest.raises(ValueError, match="object_store_memory_fraction"):
         DataContext(object_store_memory_fraction=0)
+
+
+def test_a_limit_stops_the_parquet_reader_early(tmp_path: pytest.TempPathFactory) -> None:
+    path = tmp_path / "big.parquet"  # type: ignore[operator]
+    pq.write_table(pa.table({"a": np.arange(100_000)}), path, row_group_size=100_000)
+    tasks, _ = parquet_read_tasks(
+        str(path),
+        filesystem=None,
+        columns=None,
+        filter=None,
+        override_num_blocks=None,
+        min_blocks=200,
+        min_block_size=1,
+    )
+    limited = tasks[0].with_limit(5)
+    out = list(limited())
+    assert sum(t.num_rows for t in out) == 5 and limited.num_rows == 5
+    assert out[0].column("a").to_pylist() == [0, 1, 2, 3, 4]

@@ -186,3 +186,15 @@ def test_explain_shows_the_three_plans() -> None:
     assert "Logical Plan --------\nReadParquet -> Project -> Map(f)" in text
     assert "(Optimized) --------\nReadParquet[columns=a] -> Map(f)" in text
     assert "0: ReadParquet[columns=a]->Map(f) [source]" in text
+
+
+def test_projection_then_limit_both_reach_the_read() -> None:
+    planner = Planner()
+    plan = Limit(
+        (MapLike((read(planner),), stage=ProjectStage(select=("a",)), preserves_rows=True),), n=5
+    )
+    opt = optimize(plan)
+    assert isinstance(opt, Limit) and isinstance(opt.inputs[0], Read)
+    src = opt.inputs[0]
+    assert src.columns == ["a"] and src.pushed_limit == 5 and len(src.tasks) == 1
+    assert src.tasks[0].num_rows == 5
