@@ -41,6 +41,7 @@ EXPECTED = [
     "06_placement_groups_and_scheduling",
     "07_fault_tolerance",
     "08_multi_node",
+    "09_data",
     "10_train",
 ]
 
@@ -245,6 +246,47 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         "check-scaled": [
             r"^alive nodes: 4$",
             r"^SPREAD: \{'node0': 2, 'node1': 2, 'node2': 2, 'node3': 2\}$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "09_data": {
+        "check-start": [STARTED],
+        "check-data": [r"^8 files, 200,000 rows$"],
+        "check-lazy": [
+            r"^200,000 rows, read from metadata only: True$",
+            r"Dataset\(num_rows=200000, schema=\{id: int64, city: int64, f0: double",
+        ],
+        "check-plan": [
+            r"^ReadParquet -> Filter\(\(id >= 150000\)\) -> Project\(id, city, f0, f1\) -> "
+            r"MapBatches\(standardize\)$",
+            r"^ReadParquet\[columns=id,city,f0,f1; filter=\(id >= 150000\)\] -> "
+            r"MapBatches\(standardize\)$",
+            r"^0: ReadParquet\[.*\]->MapBatches\(standardize\) \[source\]$",
+        ],
+        "check-preview": [
+            r"^0\. ReadParquet\[columns=id,city,f0,f1; filter=\(id >= 150000\)\] -> 5000 rows; "
+            r"id: int64, city: int64, f0: double, f1: double$",
+            r"^1\. MapBatches\(standardize\) -> 5000 rows; id: int64, city: int64, x0: double, "
+            r"x1: double$",
+        ],
+        "check-progress": [WIDGET, r"\(live progress\): .*-> MapBatches\(Model\)$"],
+        "check-predictions": [
+            r"^predicted 50,000 rows in 10 blocks$",
+            r"^model instances used: [12] \(at most 2\)$",
+        ],
+        "check-stats": [
+            r"^Operator 1 MapBatches\(Model\): 10 tasks executed",
+            r"^\* Object store budget: [\d.]+ GiB; peak bytes in flight: [\d.]+ \w+$",
+            r"^\* Spilled to disk during the execution: 0 B$",
+        ],
+        "check-groupby": [r"^same as pandas: True$"],
+        "check-torch": [
+            r"^5 batches; first: \{'label': \(10000,\), 'city': \(10000,\)\}, "
+            r"dtype torch\.float32$"
+        ],
+        "check-plan-view": [
+            WIDGET,
+            r"^  0 \[done\] ReadParquet\[.*\]->MapBatches\(standardize\): 50k rows",
         ],
         "check-stop": [STOPPED],
     },
