@@ -44,6 +44,8 @@ def __getattr__(name: str) -> object:
         from nbcluster.jupyter.widgets import progress
 
         return progress
+    if name == "data":  # nbcluster.data imports pyarrow: only when it is used
+        return importlib.import_module("nbcluster.data")
     if name == "train":  # nbcluster.train: distributed training (torch loads on the workers)
         return importlib.import_module("nbcluster.train")
     if name == "tune":  # nbcluster.tune: hyperparameter search
@@ -84,6 +86,7 @@ __all__ = [
     "cancel",
     "cluster_resources",
     "dag",
+    "data",
     "exceptions",
     "get",
     "get_actor",

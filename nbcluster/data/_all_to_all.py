@@ -30,7 +30,14 @@ import pyarrow.compute as pc
 
 import nbcluster
 from nbcluster._refs import ObjectRef
-from nbcluster.data._block import BlockMetadata, block_to_batch, compact, concat, metadata_of
+from nbcluster.data._block import (
+    BlockMetadata,
+    batch_to_block,
+    block_to_batch,
+    compact,
+    concat,
+    metadata_of,
+)
 from nbcluster.data._datasource import group_units
 from nbcluster.data._logical import AllToAll, RefBundle
 from nbcluster.data._transform import _note
@@ -54,15 +61,15 @@ def _sort_keys(keys: Sequence[str], descending: Sequence[bool]) -> list[tuple[st
 
 
 def _parts(table: pa.Table, part_of_row: np.ndarray, n: int) -> tuple[pa.Table, ...]:
+    """``table`` cut into ``n`` tables by ``part_of_row`` (one copy of the rows in all)."""
+    if not table.num_rows:
+        return tuple(table for _ in range(n))
     order = np.argsort(part_of_row, kind="stable")
     counts = np.bincount(part_of_row, minlength=n)
-    taken = table.take(pa.array(order)) if table.num_rows else table
-    out = []
-    start = 0
-    for c in counts:
-        out.append(compact(taken.slice(start, int(c))))
-        start += int(c)
-    return tuple(out)
+    bounds = np.cumsum(counts)[:-1]
+    # One take per part: each copies only its own rows (a slice of one big take would be
+    # pickled with the whole buffers, or need a second copy to compact it).
+    return tuple(table.take(pa.array(idx)) for idx in np.split(order, bounds))
 
 
 def _one_or_many(result: Any, n: int) -> list[ObjectRef]:
@@ -163,8 +170,6 @@ def _combine_agg(
 def _map_groups_reduce(
     keys: list[str], stage: Any, *parts: pa.Table
 ) -> tuple[pa.Table, BlockMetadata]:
-    from nbcluster.data._block import batch_to_block
-
     table = concat(parts)
     outs = []
     if table.num_rows:

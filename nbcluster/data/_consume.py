@@ -36,6 +36,8 @@ from nbcluster.data._logical import (
     walk,
 )
 from nbcluster.data._optimizer import explain
+from nbcluster.data._plan_view import PlanView
+from nbcluster.data._preview import preview as _preview
 from nbcluster.data._schema import Schema
 from nbcluster.data.context import DataContext
 from nbcluster.data.iterator import DataIterator, Piece
@@ -94,7 +96,7 @@ class ConsumeAPI:
             self._context,
             preserve_order=preserve_order,
             progress=progress,
-            label=f"Dataset {self._label()}",
+            label=f"Dataset {self._name}" if self._name else "Dataset",
         )
         if plan is None:
             self._last_execution = ex
@@ -182,10 +184,11 @@ class ConsumeAPI:
     def take_batch(self, batch_size: int = 20, *, batch_format: str | None = "default") -> Any:
         """The first ``batch_size`` rows as one batch; ``ValueError`` if the dataset is empty."""
         tables = [nbcluster.get(b.block) for b in self._head_bundles(batch_size)]
-        table = concat([t for t in tables if t.num_rows]).slice(0, batch_size) if tables else None
-        if table is None or table.num_rows == 0:
+        nonempty = [t for t in tables if t.num_rows]
+        if not nonempty:
             raise ValueError("The dataset is empty.")
-        return block_to_batch(table, batch_format)
+        table = concat(nonempty)
+        return block_to_batch(table.slice(0, min(batch_size, table.num_rows)), batch_format)
 
     def take_all(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Every row; with ``limit``, ``ValueError`` if there are more than that."""
@@ -327,15 +330,11 @@ class ConsumeAPI:
     # ------------------------------------------------------------------ notebook
     def preview(self, n: int = 5) -> Any:
         """Push one block through every operator; show a sample and the schema after each."""
-        from nbcluster.data._preview import preview
-
-        return preview(self._plan, n)
+        return _preview(self._plan, n)
 
     def plan_view(self) -> Any:
         """A live graph of the plan: each operator's rows/s, bytes in flight, and what holds
         it back, updated while this dataset runs (a plotly widget in Jupyter)."""
-        from nbcluster.data._plan_view import PlanView
-
         return PlanView(self._plan, self._context)
 
     def __repr__(self) -> str:

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import io
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from nbcluster.data._block import column_from_values
 
 __all__ = [
     "ReadTask",
@@ -47,6 +51,34 @@ class ReadTask:
 
     def __call__(self) -> Iterator[pa.Table]:
         return self.read_fn()
+
+    def with_limit(self, n: int) -> ReadTask:
+        """A copy that stops after ``n`` rows (parquet stops decoding there, too)."""
+        if isinstance(self.read_fn, _ParquetRead):
+            fn: Callable[[], Iterator[pa.Table]] = dataclasses.replace(self.read_fn, limit=n)
+        else:
+            fn = _Limited(self.read_fn, n)
+        rows = None if self.num_rows is None else min(self.num_rows, n)
+        size = self.size_bytes
+        if size is not None and self.num_rows:
+            size = size * (rows or 0) // self.num_rows
+        return dataclasses.replace(self, read_fn=fn, num_rows=rows, size_bytes=size)
+
+
+@dataclasses.dataclass
+class _Limited:
+    """The first ``n`` rows of another reader's blocks."""
+
+    read_fn: Callable[[], Iterator[pa.Table]]
+    n: int
+
+    def __call__(self) -> Iterator[pa.Table]:
+        left = self.n
+        for table in self.read_fn():
+            if left <= 0:
+                return
+            yield table.slice(0, left)
+            left -= min(left, table.num_rows)
 
 
 def _note_path(err: BaseException, path: str, what: str) -> BaseException:
@@ -260,17 +292,32 @@ class _ParquetRead:
     columns: list[str] | None
     filter: Any
     schema: pa.Schema
+    limit: int | None = None
 
     def __call__(self) -> Iterator[pa.Table]:
         import pyarrow.dataset as pds
 
+        left = self.limit
         for path, row_groups in self.pieces:
+            if left is not None and left <= 0:
+                return
             try:
                 if not row_groups:
                     yield self.schema.empty_table()
                     continue
                 frag = pds.ParquetFileFormat().make_fragment(path, self.fs, row_groups=row_groups)
-                yield frag.to_table(schema=None, columns=self.columns, filter=self.filter)
+                if left is None:
+                    yield frag.to_table(schema=None, columns=self.columns, filter=self.filter)
+                    continue
+                # A limit: decode in small batches and stop as soon as there are enough rows.
+                for batch in frag.to_batches(
+                    columns=self.columns, filter=self.filter, batch_size=min(max(left, 1), 65536)
+                ):
+                    if left <= 0:
+                        break
+                    table = pa.Table.from_batches([batch]).slice(0, left)
+                    left -= table.num_rows
+                    yield table
             except Exception as err:
                 raise _note_path(err, path, "read_parquet") from None
 
@@ -364,12 +411,6 @@ class _TextReader:
 
 
 def _numpy_reader(fs: pafs.FileSystem, path: str) -> pa.Table:
-    import io
-
-    import numpy as np
-
-    from nbcluster.data._block import column_from_values
-
     with fs.open_input_stream(path) as f:
         arr = np.load(io.BytesIO(f.read()), allow_pickle=False)
     if arr.ndim == 0:

@@ -25,6 +25,7 @@ from nbcluster.data._logical import (
     walk,
 )
 from nbcluster.data._stats import format_bytes
+from nbcluster.data.compute import ActorPoolStrategy
 
 __all__ = ["Markup", "dataset_html", "dataset_text", "op_colors", "render"]
 
@@ -62,8 +63,6 @@ def op_colors(op: LogicalOp) -> tuple[str, str]:
     if isinstance(op, InputData | Read):
         return _COLORS["source"]
     if isinstance(op, MapLike):
-        from nbcluster.data.compute import ActorPoolStrategy
-
         return _COLORS["actors" if isinstance(op.compute, ActorPoolStrategy) else "map"]
     if isinstance(op, AllToAll):
         return _COLORS["all_to_all"]

@@ -30,6 +30,7 @@ import nbcluster
 from nbcluster import state as nbstate
 from nbcluster._refs import ObjectRef
 from nbcluster.data._all_to_all import run_all_to_all
+from nbcluster.data._block import unify_schemas_or_raise
 from nbcluster.data._logical import LogicalOp, RefBundle
 from nbcluster.data._optimizer import PhysicalOp, optimize, to_physical
 from nbcluster.data._progress import make_progress
@@ -140,6 +141,7 @@ class Execution:
         self._producer: dict[int, int] = {}
         self._task_inputs: dict[tuple[int, int], tuple[int, ...]] = {}
         self._actors: dict[tuple[int, int], Any] = {}
+        self._union_schemas: dict[int, Any] = {}
         self._actor_deaths = 0
         self._stage_refs: dict[int, Any] = {}
         self._next_id = 0
@@ -225,10 +227,25 @@ class Execution:
         self._thread.start()
 
     def _register(self, bundle: RefBundle, producer: int) -> int:
+        self._check_union(bundle, producer)
         self._next_id += 1
         self._bundles[self._next_id] = bundle
         self._producer[self._next_id] = producer
         return self._next_id
+
+    def _check_union(self, bundle: RefBundle, producer: int) -> None:
+        """Blocks that meet in a union must have one schema (checked as they arrive)."""
+        if self.state is None:
+            return
+        down = self.state.downstream.get(producer)
+        schema = bundle.meta.schema
+        if down is None or self.phys[down].kind != "union" or schema is None:
+            return
+        if not bundle.meta.num_rows and not len(schema.names):
+            return
+        seen = self._union_schemas.setdefault(down, schema)
+        if seen is not schema:
+            unify_schemas_or_raise([seen, schema], "union")
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -240,7 +257,7 @@ class Execution:
                 for ins in self.state.decide():
                     self._apply(ins)
                 self._track()
-                if self.state.done and not self._pending:
+                if self.state.done and not self._pending and not self.state.consumer:
                     break
                 self._poll()
                 self._tick_progress()

@@ -89,11 +89,17 @@ class Read(LogicalOp):
     filter: Any = None
     remote_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     concurrency: int | None = None
+    pushed_limit: int | None = None
 
     @property
     def name(self) -> str:
-        """``ReadParquet``, ``Range``..."""
-        return self.label
+        """``ReadParquet``, ``ReadRange``... with what was pushed into it."""
+        pushed = []
+        if self.columns is not None:
+            pushed.append("columns=" + ",".join(self.columns))
+        if self.filter is not None:
+            pushed.append(f"filter={self.filter}")
+        return self.label + (f"[{'; '.join(pushed)}]" if pushed else "")
 
 
 @dataclasses.dataclass(eq=False)

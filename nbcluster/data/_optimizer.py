@@ -3,8 +3,9 @@
 Rules (each a pure function from a plan to a plan, applied until nothing changes):
 
 - **limit pushdown**: a ``Limit`` moves before operators that keep one output row per
-  input row (``map``, projections, ``add_column``), and into a read whose row counts are
-  known (read tasks past the limit are dropped); two limits become one.
+  input row (``map``, projections, ``add_column``), and into reads: read tasks past the
+  limit are dropped (when their row counts are known) and each one stops after ``limit``
+  rows (parquet stops decoding there); two limits become one.
 - **projection pushdown**: ``select_columns``/``drop_columns`` right after
   ``read_parquet`` become the read's ``columns`` (only those columns are read).
 - **filter pushdown**: ``filter(expr=...)`` right after ``read_parquet`` becomes the
@@ -33,6 +34,7 @@ from nbcluster.data._logical import (
     Read,
     RefBundle,
     Union,
+    walk,
 )
 from nbcluster.data._transform import FilterStage, ProjectStage, Stage
 from nbcluster.data.compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
@@ -72,11 +74,11 @@ def push_limit(op: LogicalOp) -> LogicalOp | None:
         and not isinstance(child.compute, ActorPoolStrategy)
     ):
         return child.with_inputs(Limit(child.inputs, n=op.n))
-    if isinstance(child, Read) and not getattr(child, "_trimmed", False):
+    if isinstance(child, Read) and (child.pushed_limit is None or op.n < child.pushed_limit):
         kept = _trim_tasks(child.tasks, op.n)
-        if kept is not None and len(kept) < len(child.tasks):
-            read = dataclasses.replace(child, tasks=kept)
-            return Limit((read,), n=op.n)
+        tasks = [t.with_limit(op.n) for t in (kept if kept is not None else child.tasks)]
+        read = dataclasses.replace(child, tasks=tasks, pushed_limit=op.n)
+        return Limit((read,), n=op.n)
     return None
 
 
@@ -125,18 +127,21 @@ def push_filter(op: LogicalOp) -> LogicalOp | None:
     return dataclasses.replace(child, tasks=tasks, schema=schema, filter=expr)
 
 
-RULES = (push_limit, push_filter, push_projection)
+#: Rule groups, each applied until the plan stops changing. Filters and projections go
+#: into reads first: a limit pushed below a projection would keep it away from the read.
+RULE_GROUPS = ((push_filter, push_projection), (push_limit,))
 
 
 def optimize(op: LogicalOp) -> LogicalOp:
-    """Apply the rules until the plan stops changing."""
-    for _ in range(100):
-        changed = False
-        for rule in RULES:
-            op, c = _rewrite(op, rule)
-            changed |= c
-        if not changed:
-            return op
+    """Apply the rule groups in turn, each until the plan stops changing."""
+    for rules in RULE_GROUPS:
+        for _ in range(100):
+            changed = False
+            for rule in rules:
+                op, c = _rewrite(op, rule)
+                changed |= c
+            if not changed:
+                break
     return op
 
 
@@ -258,7 +263,6 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
 
 def explain(root: LogicalOp) -> str:
     """The logical plan, the optimized plan and the physical operators, as text."""
-    from nbcluster.data._logical import walk
 
     def chain(op: LogicalOp) -> str:
         return " -> ".join(o.name for o in walk(op))

@@ -20,10 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 import nbcluster
+from nbcluster.data._all_to_all import _group_bounds
 from nbcluster.data._block import concat
 from nbcluster.data._datasource import ReadTask
 from nbcluster.data._display import Markup, render
 from nbcluster.data._logical import AllToAll, InputData, Limit, LogicalOp, MapLike, Read, Union
+from nbcluster.data._optimizer import optimize
 from nbcluster.data.aggregate import aggregate_block, combine
 
 __all__ = ["Preview", "PreviewStep", "preview"]
@@ -79,8 +81,6 @@ def _apply(op: LogicalOp, table: pa.Table) -> tuple[pa.Table, str]:
             out = []
             if table.num_rows:
                 t = table.sort_by([(k, "ascending", "at_end") for k in keys]) if keys else table
-                from nbcluster.data._all_to_all import _group_bounds
-
                 bounds = _group_bounds(t, keys) if keys else [0, t.num_rows]
                 for s, e in zip(bounds[:-1], bounds[1:], strict=True):
                     out.extend(stage.apply(iter([t.slice(s, e - s)])))
@@ -163,19 +163,28 @@ def _short(v: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def preview(plan: LogicalOp, n: int = 5) -> Preview:
-    """Run the first block of ``plan``'s source through its operators (one task)."""
-    chain = _chain(plan)
+def preview(plan: LogicalOp, n: int = 5, tries: int = 4) -> Preview:
+    """Run the first block of ``plan``'s source through its operators (one task).
+
+    The optimized plan is previewed (what actually runs: filters and projections pushed
+    into the read show as part of it). When nothing comes out of the last operator (a
+    filter dropped every row of that block), the next source blocks are tried, up to
+    ``tries`` in all.
+    """
+    chain = _chain(optimize(plan))
     source_op = chain[0]
     if isinstance(source_op, InputData):
-        if not source_op.bundles:
-            return Preview([PreviewStep(source_op.name, 0, "", None, "the dataset is empty")])
-        source: Any = source_op.bundles[0].block
+        sources: list[Any] = [b.block for b in source_op.bundles[:tries]]
     elif isinstance(source_op, Read):
-        if not source_op.tasks:
-            return Preview([PreviewStep(source_op.name, 0, "", None, "nothing to read")])
-        source = source_op.tasks[0]
+        sources = list(source_op.tasks[:tries])
     else:  # pragma: no cover - every plan starts at a source
         raise TypeError(f"cannot preview from {source_op.name}")
-    steps = nbcluster.get(_preview_task.remote(source, chain[1:], [op.name for op in chain], n))
+    if not sources:
+        return Preview([PreviewStep(source_op.name, 0, "", None, "the dataset is empty")])
+    names = [op.name for op in chain]
+    steps: list[PreviewStep] = []
+    for source in sources:
+        steps = nbcluster.get(_preview_task.remote(source, chain[1:], names, n))
+        if steps[-1].rows or steps[-1].note.startswith("raised"):
+            break
     return Preview(steps)

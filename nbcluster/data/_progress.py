@@ -128,7 +128,13 @@ class WidgetProgress:
         self._header = ipywidgets.HTML(value=self._header_text(0, 0, False))
         self._table = ipywidgets.HTML(value=render_rows([OpSnapshot(n, "") for n in names]))
         self.widget = ipywidgets.VBox([self._header, self._table])
-        display(self.widget)
+        self.text = f"{label or 'Dataset execution'} (live progress): " + " -> ".join(names)
+        display(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        data = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
+        data["text/plain"] = self.text  # what a front end without widgets shows
+        return data
 
     def _header_text(self, used: int, budget: int, finished: bool, status: str = "") -> str:
         what = html.escape(self.label or "Dataset execution")

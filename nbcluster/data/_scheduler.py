@@ -447,6 +447,8 @@ class StreamingState:
                 if reason:
                     break
                 out.append(self._start_task(i))
+        out.extend(self._cancel)
+        self._cancel.clear()
         out.extend(self._stopped_actors)
         self._stopped_actors.clear()
         while self.consumer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import pyarrow as pa
@@ -45,8 +46,6 @@ class Schema:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        import html
-
         rows = "".join(
             f"<tr><td>{html.escape(n)}</td><td><code>{html.escape(str(t))}</code></td></tr>"
             for n, t in zip(self.names, self.types, strict=True)

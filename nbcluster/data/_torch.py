@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+import nbcluster
+
 __all__ = ["to_torch_batch", "torch_device"]
 
 
@@ -25,8 +27,6 @@ def torch_device(device: Any) -> Any:
     """The torch device for ``device`` ("auto": the GPU assigned to this worker, else CPU)."""
     torch = _torch()
     if device == "auto" or device is None:
-        import nbcluster
-
         if torch.cuda.is_available() and nbcluster.get_gpu_ids():
             return torch.device("cuda")
         return torch.device("cpu")

@@ -24,8 +24,10 @@ import pyarrow as pa
 from nbcluster.data._block import (
     batch_to_block,
     block_to_batch,
+    column_from_values,
     concat,
     iter_rows,
+    row_views,
     rows_to_block,
 )
 
@@ -80,11 +82,14 @@ def _batches(blocks: Iterable[pa.Table], batch_size: int | None) -> Iterator[pa.
     """Re-chunk ``blocks`` into tables of ``batch_size`` rows (the last may be shorter)."""
     if batch_size is None:
         for b in blocks:
-            yield b
+            if b.num_rows:
+                yield b
         return
     pending: list[pa.Table] = []
     rows = 0
     for b in blocks:
+        if b.num_rows == 0:
+            continue  # as Ray: the function never sees an empty batch
         offset = 0
         while offset < b.num_rows:
             take = min(batch_size - rows, b.num_rows - offset)
@@ -94,10 +99,8 @@ def _batches(blocks: Iterable[pa.Table], batch_size: int | None) -> Iterator[pa.
             if rows == batch_size:
                 yield concat(pending)
                 pending, rows = [], 0
-        if b.num_rows == 0 and not pending and not rows:
-            pending.append(b)
-    if pending and (rows or all(p.num_rows == 0 for p in pending)):
-        yield concat(pending) if rows else pending[0]
+    if pending:
+        yield concat(pending)
 
 
 @dataclasses.dataclass
@@ -177,8 +180,6 @@ class AddColumnStage(Stage):
 
     def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
         """Append ``fn(batch)`` as column ``col`` of every block."""
-        from nbcluster.data._block import column_from_values
-
         for table in blocks:
             batch = block_to_batch(table, self.batch_format)
             try:
@@ -348,12 +349,11 @@ class FilterStage(Stage):
             fn = self._callable
             assert fn is not None
             keep = []
-            for row in iter_rows(table):
-                try:
-                    ok = fn(row)
-                except Exception as err:
-                    raise _note(err, self.name) from None
-                keep.append(bool(ok))
+            try:
+                for row in row_views(table):
+                    keep.append(bool(fn(row)))
+            except Exception as err:
+                raise _note(err, self.name) from None
             yield table.filter(pa.array(keep, type=pa.bool_())) if keep else table
 
 

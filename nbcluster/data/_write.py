@@ -8,11 +8,13 @@ worker that computes them straight to the file, never through the driver. Files 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -64,10 +66,6 @@ class WriteStage(Stage):
             with self.fs.open_output_stream(path) as f:
                 f.write(text.encode("utf-8"))
         elif self.fmt == "numpy":
-            import io
-
-            import numpy as np
-
             column = self.args["column"]
             if column not in table.column_names:
                 raise KeyError(

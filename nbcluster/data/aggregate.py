@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbcluster.data._block import iter_rows
+
 __all__ = ["AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum", "aggregate_block", "combine"]
 
 
@@ -184,11 +186,13 @@ def aggregate_block(block: pa.Table, keys: Sequence[str], aggs: Sequence[Aggrega
             custom.append((i, a))
     if requests:
         out = block.group_by(keys, use_threads=False).aggregate(requests)
-        n_keys = len(keys)
-        agg_cols = [c for c in out.column_names if c not in keys][: len(names)]
-        arrays = [out.column(k) for k in keys] + [out.column(c) for c in agg_cols]
+        # Arrow puts the keys first (recent versions) or last; aggregates keep request order.
+        k = len(keys)
+        keys_first = out.column_names[:k] == keys
+        agg_idx = range(k, k + len(names)) if keys_first else range(len(names))
+        key_idx = range(k) if keys_first else range(len(names), len(names) + k)
+        arrays = [out.column(i) for i in key_idx] + [out.column(i) for i in agg_idx]
         out = pa.Table.from_arrays(arrays, names=keys + names)
-        del n_keys
     else:
         out = block.group_by(keys, use_threads=False).aggregate([([], "count_all")]).select(keys)
     for i, a in custom:
@@ -197,8 +201,6 @@ def aggregate_block(block: pa.Table, keys: Sequence[str], aggs: Sequence[Aggrega
 
 
 def _custom_states(block: pa.Table, keys: list[str], groups: pa.Table, a: AggregateFn) -> pa.Array:
-    from nbcluster.data._block import iter_rows
-
     states = []
     for g in range(groups.num_rows):
         key_vals = [groups.column(k)[g].as_py() for k in keys]
@@ -245,9 +247,12 @@ def combine(partials: pa.Table, keys: Sequence[str], aggs: Sequence[AggregateFn]
         df["__all"] = 0
         grouped = df.groupby("__all", sort=False)
         out = pd.DataFrame(index=[0])
+    columns = {k: pa.array(out[k], from_pandas=True) for k in keys}
     for i, a in enumerate(aggs):
-        out[a.name] = _finish(df, grouped, i, a, len(out))
-    table = pa.Table.from_pandas(out, preserve_index=False)
+        values = _finish(df, grouped, i, a, len(out))
+        # NaN is a value for Std (as Ray and pandas); elsewhere it means "no value" (null).
+        columns[a.name] = pa.array(values, from_pandas=not isinstance(a, Std))
+    table = pa.table(columns)
     if keys and table.num_rows:
         table = table.sort_by([(k, "ascending", "at_end") for k in keys])
     return table

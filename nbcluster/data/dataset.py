@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -28,6 +28,7 @@ from nbcluster.data._logical import (
     known_schema,
 )
 from nbcluster.data._optimizer import filter_expression
+from nbcluster.data._split import make_streaming_split, split_at, split_materialized
 from nbcluster.data._transform import (
     AddColumnStage,
     FilterStage,
@@ -39,10 +40,8 @@ from nbcluster.data._transform import (
 from nbcluster.data.aggregate import AggregateFn, Max, Mean, Min, Std, Sum, check_aggs
 from nbcluster.data.compute import ComputeStrategy, resolve_compute
 from nbcluster.data.context import DataContext
-
-if TYPE_CHECKING:
-    from nbcluster.data.grouped_data import GroupedData
-    from nbcluster.data.iterator import DataIterator
+from nbcluster.data.grouped_data import GroupedData
+from nbcluster.data.iterator import DataIterator
 
 __all__ = ["Dataset", "MaterializedDataset"]
 
@@ -514,8 +513,6 @@ class Dataset(ConsumeAPI):
 
     def groupby(self, key: str | list[str] | None) -> GroupedData:
         """Group rows by ``key`` for ``count``/``sum``/``mean``/``map_groups``..."""
-        from nbcluster.data.grouped_data import GroupedData
-
         keys = [] if key is None else list(_columns_arg(key, "groupby"))
         self._check_columns(keys, "groupby")
         return GroupedData(self, keys)
@@ -602,16 +599,12 @@ class Dataset(ConsumeAPI):
     ) -> list[MaterializedDataset]:
         """Materialize and cut into ``n`` datasets (``equal=True``: the same row count
         each, dropping at most ``n-1`` rows)."""
-        from nbcluster.data._split import split_materialized
-
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"split: n must be a positive int, got {n!r}")
         return split_materialized(self.materialize(), n, equal)
 
     def split_at_indices(self, indices: list[int]) -> list[MaterializedDataset]:
         """Materialize and cut at the given row indices (``len(indices) + 1`` pieces)."""
-        from nbcluster.data._split import split_at
-
         if list(indices) != sorted(indices) or any(i < 0 for i in indices):
             raise ValueError(
                 f"split_at_indices: indices must be sorted and non-negative, got {indices!r}"
@@ -630,8 +623,6 @@ class Dataset(ConsumeAPI):
         for p in proportions:
             acc += p
             cuts.append(int(total * acc))
-        from nbcluster.data._split import split_at
-
         return split_at(ds, cuts)
 
     def train_test_split(
@@ -665,8 +656,6 @@ class Dataset(ConsumeAPI):
             raise TypeError(
                 f"train_test_split: test_size must be a float or an int, got {test_size!r}"
             )
-        from nbcluster.data._split import split_at
-
         train, test = split_at(mat, [total - n_test])
         return train, test
 
@@ -677,8 +666,6 @@ class Dataset(ConsumeAPI):
         training workers). They can be passed to other processes (actors, tasks). A new
         epoch starts when every iterator has started it. ``equal=True``: every iterator
         gets the same number of rows (at most ``n-1`` rows are dropped)."""
-        from nbcluster.data._split import make_streaming_split
-
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"streaming_split: n must be a positive int, got {n!r}")
         return make_streaming_split(self, n, equal)
@@ -706,3 +693,4 @@ def _materialized(bundles: list[Any], context: DataContext, label: str) -> Mater
 
 
 ConsumeAPI._materializer = staticmethod(_materialized)  # type: ignore[assignment]
+DataIterator._materializer = staticmethod(_materialized)  # type: ignore[attr-defined]

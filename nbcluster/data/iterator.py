@@ -21,10 +21,15 @@ import pyarrow as pa
 
 import nbcluster
 from nbcluster._refs import ObjectRef
-from nbcluster.data._block import BATCH_FORMATS, block_to_batch, concat, iter_rows
+from nbcluster.data._block import BATCH_FORMATS, block_to_batch, concat, iter_rows, metadata_of
+from nbcluster.data._logical import RefBundle
+from nbcluster.data._torch import to_torch_batch, torch_device
+from nbcluster.data.context import DataContext
 
 if TYPE_CHECKING:
     from nbcluster.data.dataset import Dataset, MaterializedDataset
+
+    Materializer = Callable[[list[RefBundle], DataContext, str], MaterializedDataset]
 
 __all__ = ["DataIterator", "Piece"]
 
@@ -172,6 +177,9 @@ class DataIterator:
     pass (an epoch).
     """
 
+    #: Builds a ``MaterializedDataset`` from blocks (set by ``dataset.py``).
+    _materializer: Materializer
+
     def _pieces(self) -> Iterator[Piece]:
         raise NotImplementedError
 
@@ -233,8 +241,6 @@ class DataIterator:
         """Batches as dicts of ``torch.Tensor`` (or what ``collate_fn`` makes of the numpy
         batch). ``dtypes``: one ``torch.dtype`` or a dict per column. ``device``: "auto"
         (the GPU given to this worker, else CPU), or any torch device."""
-        from nbcluster.data._torch import to_torch_batch, torch_device
-
         if collate_fn is not None and dtypes is not None:
             raise ValueError("iter_torch_batches: give either collate_fn or dtypes, not both")
         dev = torch_device(device)
@@ -254,15 +260,11 @@ class DataIterator:
 
     def materialize(self) -> MaterializedDataset:
         """One pass, kept in the object store as a dataset."""
-        from nbcluster.data._block import metadata_of
-        from nbcluster.data._logical import InputData, RefBundle
-        from nbcluster.data.dataset import MaterializedDataset
-
         bundles = []
         for table in _tables(self._pieces()):
             ref = nbcluster.put(table)
             bundles.append(RefBundle(ref, metadata_of(table)))
-        return MaterializedDataset(InputData((), bundles=bundles, label="FromIterator"))
+        return self._materializer(bundles, DataContext.get_current(), "FromIterator")
 
     def to_dataset(self) -> Dataset:
         """Same as :meth:`materialize`."""

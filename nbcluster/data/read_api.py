@@ -38,6 +38,7 @@ from nbcluster.data._datasource import (
     text_read_tasks,
 )
 from nbcluster.data._logical import InputData, Read, RefBundle
+from nbcluster.data._optimizer import filter_expression
 from nbcluster.data.context import DataContext
 from nbcluster.data.dataset import Dataset, MaterializedDataset
 
@@ -281,8 +282,6 @@ def read_parquet(
     ``pyarrow.compute.Expression``) skips row groups its statistics rule out and drops
     the rows it rejects. Schema and row count come from the footers, without reading data."""
     if filter is not None:
-        from nbcluster.data._optimizer import filter_expression
-
         filter_expression(filter)
     common = _read_common({"override_num_blocks": override_num_blocks})
 

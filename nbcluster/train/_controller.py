@@ -76,10 +76,6 @@ class TrainingReport:
 OnReport = Callable[[TrainingReport], bool | None]
 
 
-class _Interrupted(Exception):  # noqa: N818 - internal signal, never escapes
-    pass
-
-
 class _Controller:
     def __init__(
         self,
@@ -233,7 +229,7 @@ class _Controller:
                 f"started {self.scaling.num_workers} worker(s) in {time.monotonic() - t0:.1f} s"
             )
         else:
-            group.reused = True
+            self._notice(f"reusing the warm worker group ({self.scaling.num_workers} worker(s))")
         return group
 
     def _notice(self, text: str) -> None:

@@ -173,7 +173,6 @@ class WorkerGroup:
         self.pg: Any = None
         self.in_pg = scaling.num_gpus_per_worker > 0
         self.ready = False  # rendezvous done, backend set up
-        self.reused = False
 
     # -- reservation --------------------------------------------------------------------------
     def check_feasible(self) -> None:

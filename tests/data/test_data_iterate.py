@@ -95,3 +95,12 @@ def test_streaming_split_feeds_actors(shared_cluster: object, equal: bool) -> No
             assert sum(r[epoch][1] for r in results) == sum(range(1001))
     for w in workers:
         nbcluster.kill(w)
+
+
+def test_iterator_rows_materialize_and_repr(shared_cluster: object) -> None:
+    it = data.range(20).iterator()
+    assert [r["id"] for r in it.iter_rows()] == list(range(20))
+    mat = it.materialize()
+    assert isinstance(mat, data.MaterializedDataset) and mat.count() == 20
+    assert repr(it).startswith("DataIterator(")
+    assert it.schema().names == ["id"]

@@ -312,3 +312,73 @@ def test_a_busy_cluster_makes_the_run_wait_and_say_so(train_cluster, tmp_path, c
         "waiting for resources: the run needs 2 CPU, available now: 1 CPU"
         in capsys.readouterr().out
     )
+
+
+def context_loop(config):
+    ctx = train.get_context()
+    train.report(
+        {
+            "experiment": ctx.get_experiment_name(),
+            "trial": ctx.get_trial_name(),
+            "trial_dir": ctx.get_trial_dir(),
+            "storage": ctx.get_storage().storage_path,
+            "meta": ctx.get_metadata()["owner"],
+            "cpus": ctx.get_trial_resources()["CPU"],
+            "ranks": f"{ctx.get_world_rank()}/{ctx.get_world_size()}/{ctx.get_local_rank()}/{ctx.get_node_rank()}",
+        }
+    )
+
+
+def test_context_names_the_run_and_its_storage(train_cluster, tmp_path):
+    result = DataParallelTrainer(
+        context_loop,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=_run_config(tmp_path, name="ctx"),
+        metadata={"owner": "me"},
+    ).fit()
+    m = result.metrics
+    assert (m["experiment"], m["trial"]) == ("ctx", "ctx")
+    assert m["trial_dir"] == str(tmp_path / "ctx") == result.path
+    assert m["storage"] == str(tmp_path) and m["meta"] == "me" and m["cpus"] == 1.0
+    assert m["ranks"] == "0/2/0/0"
+
+
+def flooding_loop(config):
+    for i in range(20000):
+        print(f"line {i}")
+    train.report({"done": 1})
+
+
+def test_a_flood_of_worker_output_is_folded(train_cluster, tmp_path, capfd):
+    result = DataParallelTrainer(
+        flooding_loop, scaling_config=ScalingConfig(num_workers=2), run_config=_run_config(tmp_path)
+    ).fit()
+    assert result.metrics["done"] == 1
+    time.sleep(0.5)
+    out = capfd.readouterr().out
+    assert "[rank 0] line 0\n" in out and "[rank 1] line 0\n" in out
+    printed = out.count("] line ")
+    assert printed < 40000, printed  # not every line reached the driver
+    assert "more lines folded by the output rate limit" in out or "more lines dropped" in out
+
+
+def test_an_interrupt_while_waiting_for_resources_gives_them_back(train_cluster, tmp_path):
+    @nbcluster.remote(num_cpus=3)
+    def hold(path: str) -> None:
+        while not os.path.exists(path):
+            time.sleep(0.05)
+
+    release = tmp_path / "release"
+    ref = hold.remote(str(release))
+    poll_for(lambda: nbcluster.available_resources().get("CPU", 0) <= 1.0, timeout=10)
+    main = threading.main_thread().ident
+    threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    result = DataParallelTrainer(
+        lambda: train.report({"ok": 1}),
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=_run_config(tmp_path),
+    ).fit()
+    assert result.interrupted and result.metrics is None and result.checkpoint is None
+    release.touch()
+    nbcluster.get(ref)
+    # (the fixture checks that the pending placement group's CPUs are all back)
