@@ -213,9 +213,12 @@ class Tuner:
             trial_dirname_creator=tc.trial_dirname_creator,
             experiment_name=rc.name or "",
             max_pending_trials=self._max_pending_trials(total),
+            # Queue the next trial on a busy runner when that cannot change a decision: the
+            # scheduler never pauses and picks trials in order (FIFO, ASHA).
             prefetch=reuse
             and self._info.kind == "function"
-            and type(self._scheduler) is FIFOScheduler,
+            and not self._scheduler.pauses_trials
+            and type(self._scheduler).choose_trial_to_run is TrialScheduler.choose_trial_to_run,
         )
 
     def _max_pending_trials(self, total: dict[str, float]) -> int:
