@@ -23,6 +23,11 @@ checkpoint)``, ``("checkpoint", tid, seq, checkpoint)``, ``("done", tid, seq)``,
 ``("output", tid, seq, text)``. ``seq`` is the trial's run number: events of an earlier run
 are dropped. ``checkpoint`` is ``(index, path)`` or None.
 
+Trials are created ahead of free slots up to ``max_pending_trials`` (HyperBand fills its
+brackets from them). With ``prefetch`` (schedulers that never pause and pick in order), a
+busy runner also holds the next trial, still PENDING, and starts it the moment the current
+one ends: no round trip between two trials.
+
 A trial may run ahead of the controller by ``max_results_ahead`` results (its ``report``
 returns at once); when the controller stops it, the results it made after the one that
 decided are dropped, so the recorded history is what a lock-step run gives. Schedulers
