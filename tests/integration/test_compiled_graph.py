@@ -223,6 +223,9 @@ def test_large_values_and_other_kinds_of_actor(shared_cluster: object, actors: l
         out = nbcluster.get(compiled.execute(big))
         np.testing.assert_array_equal(out, (big + 101) * 2)
         out[0] = -1  # results are the caller's own (writable) arrays
+        for n in (600_000, 100, 300_000):  # the slots' big buffers grow, and are reused
+            arr = np.ones(n, dtype=np.int64)
+            np.testing.assert_array_equal(nbcluster.get(compiled.execute(arr)), (arr + 101) * 2)
         assert nbcluster.get(compiled.execute(0)) == 202
     finally:
         compiled.teardown()

@@ -11,8 +11,10 @@ no spinning: an idle graph costs no CPU.
 Set-up goes in two steps so no ``open`` blocks: every reader opens its FIFO first
 (non-blocking), then every writer opens the write ends. Once every process has opened
 its ends, the driver unlinks the files; the mappings and FIFOs live on until closed.
-A value too large for a slot goes to a file of its own in the same directory, which the
-writer removes when the slot is reused (every reader has read it by then) or at close.
+A value too large for a slot goes to the slot's big buffer, a file of its own in the same
+directory, mapped by the writer and (on first use) by the readers, and reused while it is
+large enough; a larger value replaces it by one twice the size (the slot's previous item
+has been read by then, so the old file can go). The writer removes them at close.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ __all__ = [
     "shm_root",
 ]
 
-_BIG_HEAD = struct.Struct("<I")  # the kind of the item stored in the file
+_BIG_HEAD = struct.Struct("<IQ")  # the kind of the item in the file, and its size
 
 
 class ChannelClosed(ChannelError):
@@ -109,6 +111,7 @@ class ShmReader:
         self.ring = RingReader(self._view, nslots, capacity)
         self.fd = os.open(fifo_path(directory, cid, index), os.O_RDONLY | os.O_NONBLOCK)
         self._poller: Any = None
+        self._big: dict[str, tuple[mmap.mmap, memoryview]] = {}
 
     @property
     def seq(self) -> int:
@@ -121,12 +124,22 @@ class ShmReader:
 
     def _item(self, kind: int, payload: memoryview) -> tuple[int, Any]:
         if kind == BIG:
-            (inner,) = _BIG_HEAD.unpack_from(payload, 0)
+            inner, size = _BIG_HEAD.unpack_from(payload, 0)
             name = bytes(payload[_BIG_HEAD.size :]).decode()
-            with open(os.path.join(self.directory, name), "rb") as fh:
-                data = fh.read()
-            return inner, decode(memoryview(data))
+            view = self._big_view(name)
+            return inner, decode(view[:size])
         return kind, decode(payload)
+
+    def _big_view(self, name: str) -> memoryview:
+        """The mapping of a slot's big buffer (kept while the slot keeps using it)."""
+        mapped = self._big.get(name)
+        if mapped is None:
+            slot = name.rpartition("-slot")[2]
+            for old in [n for n in self._big if n.rpartition("-slot")[2] == slot]:
+                _unmap(*self._big.pop(old))  # the writer replaced that slot's buffer
+            path = os.path.join(self.directory, name)
+            mapped = self._big[name] = _map(path, os.stat(path).st_size)
+        return mapped[1]
 
     def read(self, timeout: float | None = None) -> tuple[int, Any]:
         """The next item; blocks until it is written, for at most ``timeout`` seconds
@@ -153,9 +166,12 @@ class ShmReader:
                 raise ChannelClosed(f"channel {self.cid} was closed by its writer")
 
     def close(self) -> None:
-        """Close the FIFO and unmap the ring."""
+        """Close the FIFO and unmap the ring and big buffers."""
         with contextlib.suppress(OSError):
             os.close(self.fd)
+        for mapped in self._big.values():
+            _unmap(*mapped)
+        self._big = {}
         _unmap(self._mm, self._view)
 
 
@@ -169,8 +185,9 @@ class ShmWriter:
         self._mm, self._view = _map(ring_path(directory, cid), ring_size(nslots, capacity))
         self.ring = RingWriter(self._view, nslots, capacity)
         self.fds: list[int] = []
-        self._big: dict[int, str] = {}  # slot -> file of the BIG item in it
-        self._prefix = f"big-{cid}-{os.getpid()}-"
+        # slot -> its big buffer (file name, mapping), for values larger than a slot
+        self._big: dict[int, tuple[str, mmap.mmap, memoryview]] = {}
+        self._generation = 0
 
     def open_wakeups(self) -> None:
         """Open the readers' FIFOs (they are open for reading already)."""
@@ -184,19 +201,14 @@ class ShmWriter:
         :class:`ChannelClosed` if a reader is gone."""
         chunks = encode(value)
         size = encoded_size(chunks)
-        seq = self.ring.seq + 1
-        slot = self.ring.slot_of(seq)
-        old = self._big.pop(slot, None)
-        if old is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.directory, old))
         if not self.ring.fits(size):
-            name = f"{self._prefix}{seq}"
-            with open(os.path.join(self.directory, name), "wb") as fh:
-                for chunk in chunks:
-                    fh.write(chunk)
-            self._big[slot] = name
-            chunks = [_BIG_HEAD.pack(kind), name.encode()]
+            view, name = self._big_buffer(self.ring.slot_of(self.ring.seq + 1), size)
+            pos = 0
+            for chunk in chunks:
+                n = memoryview(chunk).nbytes
+                view[pos : pos + n] = memoryview(chunk).cast("B")
+                pos += n
+            chunks = [_BIG_HEAD.pack(kind, size), name.encode()]
             kind = BIG
         self.ring.write(kind, chunks)
         for fd in self.fds:
@@ -209,14 +221,40 @@ class ShmWriter:
                     raise ChannelClosed(f"a reader of channel {self.cid} is gone") from None
                 raise
 
+    def _big_buffer(self, slot: int, size: int) -> tuple[memoryview, str]:
+        """The big buffer of ``slot``, at least ``size`` bytes: reused while it is large
+        enough, else replaced by one twice as large. The slot's previous item has been
+        read by every reader, so its buffer can go."""
+        current = self._big.get(slot)
+        if current is not None and len(current[2]) >= size:
+            return current[2], current[0]
+        if current is not None:
+            self._drop_big(slot)
+        self._generation += 1
+        name = f"big-{self.cid}-{os.getpid()}-{self._generation}-slot{slot}"
+        path = os.path.join(self.directory, name)
+        nbytes = max(size, 2 * len(current[2]) if current is not None else size)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        mm, view = _map(path, nbytes)
+        self._big[slot] = (name, mm, view)
+        return view, name
+
+    def _drop_big(self, slot: int) -> None:
+        name, mm, view = self._big.pop(slot)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.directory, name))
+        _unmap(mm, view)
+
     def close(self) -> None:
-        """Close the FIFOs (readers then see end-of-file), unmap, remove big files."""
+        """Close the FIFOs (readers then see end-of-file), unmap, remove big buffers."""
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds = []
-        for name in self._big.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.directory, name))
-        self._big = {}
+        for slot in list(self._big):
+            self._drop_big(slot)
         _unmap(self._mm, self._view)
