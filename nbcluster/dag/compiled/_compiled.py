@@ -188,7 +188,7 @@ class CompiledDAG:
         self._plan = build_plan(root)
         self._gid = uuid.uuid4().hex[:12]
         self._submit_lock = threading.Lock()
-        self._read_lock = threading.Lock()
+        self._read_lock = threading.RLock()  # a ref dropped while reading re-enters
         self._submitted = 0
         self._buffer: dict[tuple[int, int], tuple[int, Any]] = {}
         self._discarded: set[tuple[int, int]] = set()
