@@ -142,6 +142,7 @@ class Execution:
         self._task_inputs: dict[tuple[int, int], tuple[int, ...]] = {}
         self._actors: dict[tuple[int, int], Any] = {}
         self._union_schemas: dict[int, Any] = {}
+        self._remote_fns: dict[int, Any] = {}
         self._actor_deaths = 0
         self._stage_refs: dict[int, Any] = {}
         self._next_id = 0
@@ -369,8 +370,7 @@ class Execution:
         if p.kind == "source":
             assert p.read_tasks is not None
             rt = p.read_tasks[ins.inputs[0]]
-            opts = remote_options(p.remote_args, p.name)
-            block, meta = read_task.options(**opts).remote(stages, rt)
+            block, meta = self._remote_fn(ins.op, read_task).remote(stages, rt)
             inputs: tuple[int, ...] = ()
         elif p.kind == "limit":
             bundle = self._bundles[ins.inputs[0]]
@@ -381,10 +381,17 @@ class Execution:
             if ins.actor is not None:
                 block, meta = self._actors[(ins.op, ins.actor)].run.remote(*blocks)
             else:
-                opts = remote_options(p.remote_args, p.name)
-                block, meta = map_task.options(**opts).remote(stages, *blocks)
+                block, meta = self._remote_fn(ins.op, map_task).remote(stages, *blocks)
             inputs = ins.inputs
         self._pending[meta] = _Running(ins.op, ins.task, block, inputs, ins.actor)
+
+    def _remote_fn(self, op: int, fn: Any) -> Any:
+        """``fn`` with the operator's options (made once per operator, not per task)."""
+        made = self._remote_fns.get(op)
+        if made is None:
+            p = self.phys[op]
+            made = self._remote_fns[op] = fn.options(**remote_options(p.remote_args, p.name))
+        return made
 
     def _run_barrier(self, ins: RunBarrier) -> None:
         assert self.state is not None
@@ -465,7 +472,16 @@ class Execution:
         finally:
             if not finished:
                 self.stop()
+                self._drop_outputs()
             self._close_progress()
+
+    def _drop_outputs(self) -> None:
+        """Release the blocks nobody will consume (a stopped run must not pin them)."""
+        while True:
+            try:
+                self._out.get_nowait()
+            except queue.Empty:
+                return
 
     def _next_item(self) -> Any:
         try:
