@@ -82,6 +82,7 @@ def test_paths_globs_lists_uris_and_filesystems(shared_cluster: object, parquet_
     assert data.read_parquet(str(parquet_dir / "part-[01].parquet")).count() == 200
     assert data.read_parquet(files[:3]).count() == 300
     assert data.read_parquet(f"file://{parquet_dir}").count() == 400
+    assert data.read_parquet(f"local://{parquet_dir}").count() == 400
     fs = pafs.SubTreeFileSystem(str(parquet_dir), pafs.LocalFileSystem())
     sub = data.read_parquet("part-3.parquet", filesystem=fs)
     assert sub.take(1) == [{"a": 300, "b": 150.0, "s": "r300"}]
