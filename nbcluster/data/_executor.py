@@ -56,6 +56,9 @@ __all__ = ["Execution", "cluster_limits"]
 #: All-to-all operators whose output order is their meaning: the execution keeps order.
 ORDERED_KINDS = frozenset({"sort", "zip", "repartition", "aggregate"})
 _POLL_S = 0.05
+#: An execution with nothing running, nothing to start and a waiting consumer for this
+#: long is stuck: it fails with the scheduler's state instead of hanging silently.
+STALL_S = 30.0
 
 
 @dataclasses.dataclass
@@ -135,6 +138,7 @@ class Execution:
         self._out: queue.Queue[Any] = queue.Queue()
         self._consumed: queue.Queue[int] = queue.Queue()
         self._stop = threading.Event()
+        self._consumer_waiting = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending: dict[ObjectRef, _Running] = {}
         self._bundles: dict[int, RefBundle] = {}
@@ -253,13 +257,19 @@ class Execution:
         assert self.state is not None
         error: BaseException | None = None
         try:
+            idle_since = time.monotonic()
             while not self._stop.is_set():
                 self._drain_consumed()
-                for ins in self.state.decide():
+                instructions = self.state.decide()
+                for ins in instructions:
                     self._apply(ins)
                 self._track()
                 if self.state.done and not self._pending and not self.state.consumer:
                     break
+                if instructions or self._pending or not self._consumer_waiting.is_set():
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > STALL_S:
+                    raise RuntimeError(self._stall_report())
                 self._poll()
                 self._tick_progress()
         except BaseException as err:  # noqa: BLE001 - handed to the consumer
@@ -484,6 +494,7 @@ class Execution:
                 return
 
     def _next_item(self) -> Any:
+        self._consumer_waiting.set()
         try:
             while True:
                 try:
@@ -493,6 +504,25 @@ class Execution:
         except KeyboardInterrupt:
             self.stop()
             raise
+        finally:
+            self._consumer_waiting.clear()
+
+    def _stall_report(self) -> str:
+        """Why an execution that cannot move is stuck (a bug: it should never happen)."""
+        assert self.state is not None
+        lines = [
+            f"nbcluster.data: the execution made no progress for {STALL_S:.0f}s with nothing "
+            "running while the consumer waits; this is a bug in the executor, please report "
+            "it with this state:"
+        ]
+        for i, st in enumerate(self.state.ops):
+            lines.append(
+                f"  {i} {st.spec.name} [{st.spec.kind}] queued={len(st.queue)} "
+                f"sources_left={len(st.sources_left)} running={len(st.running)} "
+                f"done={st.done} held={st.held!r} out_bytes={st.out_bytes}"
+            )
+        lines.append(f"  budget={self.budget} total_usage={self.state.total_usage}")
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ statistics
     def _track(self) -> None:

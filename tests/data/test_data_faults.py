@@ -247,3 +247,20 @@ def test_parquet_with_a_corrupt_file_among_good_ones(
     (tmp_path / "good.parquet").write_bytes(b"PAR1 truncated")  # broken after planning
     with pytest.raises(Exception, match="good.parquet"):
         ds.take_all()
+
+
+def test_a_stuck_execution_fails_with_its_state_instead_of_hanging(
+    shared_cluster: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbcluster.data import _executor
+    from nbcluster.data._scheduler import StreamingState
+
+    monkeypatch.setattr(_executor, "STALL_S", 0.5)
+    monkeypatch.setattr(StreamingState, "decide", lambda self: [])  # a scheduler that never acts
+    started = time.monotonic()
+    with pytest.raises(
+        RuntimeError,
+        match=r"made no progress for 0s.*\n  0 ReadRange \[source\] queued=0 sources_left=1",
+    ):
+        data.range(10).take_all()
+    assert time.monotonic() - started < 10
