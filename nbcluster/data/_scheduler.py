@@ -258,11 +258,15 @@ class StreamingState:
         self._check_done(op)
 
     def add_source_bundles(self, op: int, bundles: Sequence[BundleInfo]) -> None:
-        """Source ``op`` has these blocks ready (already in the store)."""
+        """Source ``op`` has these blocks ready (already in the store).
+
+        They do not count against the budget: the dataset holds them whatever the
+        execution does, so holding them back would only slow it down.
+        """
         st = self.ops[op]
         st.inputs_done = True
         for b in bundles:
-            self._output(op, [b], st.next_seq)
+            self._output(op, [b], st.next_seq, counted=False)
             st.next_seq += 1
         self._check_done(op)
 
@@ -326,11 +330,12 @@ class StreamingState:
             self.ops[producer].out_bytes -= size
 
     # ------------------------------------------------------------------ outputs
-    def _output(self, op: int, outputs: list[BundleInfo], seq: int) -> None:
+    def _output(self, op: int, outputs: list[BundleInfo], seq: int, counted: bool = True) -> None:
         st = self.ops[op]
         for b in outputs:
-            st.out_bytes += b.size
-            self._sizes[b.id] = (op, b.size)
+            size = b.size if counted else 0
+            st.out_bytes += size
+            self._sizes[b.id] = (op, size)
         if self.preserve_order:
             st.reorder[seq] = outputs
             while st.next_emit_seq in st.reorder:
@@ -429,8 +434,10 @@ class StreamingState:
             if kind == "union":
                 while st.queue:
                     b = st.queue.popleft()
+                    counted = self._counted(b)
                     self._drop(b)
-                    self._relabel(i, b)
+                    self._output(i, [b], st.next_seq, counted)
+                    st.next_seq += 1
                 self._check_done(i)
                 continue
             if kind == "barrier":
@@ -455,10 +462,10 @@ class StreamingState:
             out.append(Emit(self.consumer.popleft().id))
         return out
 
-    def _relabel(self, op: int, b: BundleInfo) -> None:
-        """A union passes ``b`` on: it now counts as the union's output."""
-        self._output(op, [b], self.ops[op].next_seq)
-        self.ops[op].next_seq += 1
+    def _counted(self, b: BundleInfo) -> bool:
+        """Whether ``b`` counts against the budget (blocks a dataset already held do not)."""
+        entry = self._sizes.get(b.id)
+        return entry is None or entry[1] > 0 or b.size == 0
 
     def _decide_barrier(self, i: int, out: list[Instruction]) -> None:
         st = self.ops[i]
@@ -484,10 +491,9 @@ class StreamingState:
             b = st.queue.popleft()
             if b.rows <= st.rows_left:
                 st.rows_left -= b.rows
-                entry = self._sizes.pop(b.id, None)
-                if entry is not None:
-                    self.ops[entry[0]].out_bytes -= entry[1]
-                self._output(i, [b], st.next_seq)
+                counted = self._counted(b)
+                self._drop(b)
+                self._output(i, [b], st.next_seq, counted)
                 st.next_seq += 1
             else:
                 in_bytes = self._take_inputs((b,))
@@ -609,12 +615,16 @@ class StreamingState:
 
     def _take_inputs(self, inputs: tuple[BundleInfo, ...]) -> int:
         """The producers' outputs become a task's pinned input; return their bytes."""
+        pinned = 0
         for b in inputs:
             entry = self._sizes.get(b.id)
             if entry is not None:
                 self.ops[entry[0]].out_bytes -= entry[1]
                 self._sizes[b.id] = (entry[0], 0)
-        return sum(b.size for b in inputs)
+                pinned += entry[1]  # 0 for blocks the dataset holds anyway
+            else:
+                pinned += b.size
+        return pinned
 
     def _new_task(
         self,

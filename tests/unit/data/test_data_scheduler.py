@@ -290,3 +290,12 @@ def test_lost_actor_work_is_run_again() -> None:
 def test_operators_must_be_in_topological_order() -> None:
     with pytest.raises(ValueError, match="out of order"):
         StreamingState([OpSpec("Map", "map", inputs=(1,)), SRC], cpu_limit=1, budget=1)
+
+
+def test_blocks_a_dataset_already_holds_do_not_use_the_budget() -> None:
+    # 100 materialized blocks of 1 MB against a 40 MB budget: the map still runs 2 at once.
+    sim = chain(OpSpec("In", "source", cpus=0), MAP, cpu=2, budget=40 * MB)
+    sim.state.add_source_bundles(0, [BundleInfo(i, 10, MB) for i in range(1, 101)])
+    sim.step()
+    assert len(sim.dispatched(1)) == 2
+    assert sim.state.total_usage == 2 * MB  # the two running tasks' estimated outputs
