@@ -179,6 +179,8 @@ def _consume(batches: Any) -> int:
 def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
     if name == "ray":
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # On a loaded machine the raylet gives up waiting for its agent after 30 s.
+        os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
         import ray
         import ray.data as rd
 
