@@ -267,6 +267,9 @@ def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) ->
         return len(ds.to_pandas())
 
     timed("small_pipeline", pipeline, False)
+    if name == "ray":
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
     return out
 
 
