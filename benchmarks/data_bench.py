@@ -72,11 +72,11 @@ class Sizes:
     rows: int = 25_000_000  # 1 GB at 40 bytes a row
     small_rows: int = 1_000_000
     pipeline_rows: int = 100_000
-    timeout_s: int = 1800
+    timeout_s: int = 3600
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(rows=1_600_000, timeout_s=600)
+        return cls(rows=1_600_000, timeout_s=1200)
 
 
 # --------------------------------------------------------------------------- memory
@@ -168,6 +168,28 @@ class Udf:
 
 # --------------------------------------------------------------------------- systems
 
+#: Where the child writes its figures, after every row (so a timeout keeps what ran).
+RESULTS: Path | None = None
+
+
+def _timed(
+    system: str,
+    out: dict[str, float],
+    rss: PeakRSS,
+    key: str,
+    fn: Callable[[], int | None],
+    rate: bool,
+) -> None:
+    rss.reset()
+    t0 = time.perf_counter()
+    n = fn()
+    dt = time.perf_counter() - t0
+    out[key] = (n / dt) if rate and n else dt
+    out[key + ".mem"] = float(rss.peak)
+    print(f"{system} {key}: {out[key]:.4g} ({dt:.2f}s) peak {rss.peak / 2**20:.0f} MiB", flush=True)
+    if RESULTS is not None:
+        RESULTS.write_text(json.dumps(out))
+
 
 def _consume(batches: Any) -> int:
     n = 0
@@ -207,15 +229,7 @@ def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) ->
     out: dict[str, float] = {}
 
     def timed(key: str, fn: Callable[[], int | None], rate: bool) -> None:
-        rss.reset()
-        t0 = time.perf_counter()
-        n = fn()
-        dt = time.perf_counter() - t0
-        out[key] = (n / dt) if rate and n else dt
-        out[key + ".mem"] = float(rss.peak)
-        print(
-            f"{name} {key}: {out[key]:.4g} ({dt:.2f}s) peak {rss.peak / 2**20:.0f} MiB", flush=True
-        )
+        _timed(name, out, rss, key, fn, rate)
 
     # warm up: workers started, functions exported
     warm = rd.read_parquet(path).limit(1000)
@@ -282,15 +296,7 @@ def run_floor(data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
     out: dict[str, float] = {}
 
     def timed(key: str, fn: Callable[[], int | None], rate: bool) -> None:
-        rss.reset()
-        t0 = time.perf_counter()
-        n = fn()
-        dt = time.perf_counter() - t0
-        out[key] = (n / dt) if rate and n else dt
-        out[key + ".mem"] = float(rss.peak)
-        print(
-            f"floor {key}: {out[key]:.4g} ({dt:.2f}s) peak {rss.peak / 2**20:.0f} MiB", flush=True
-        )
+        _timed("floor", out, rss, key, fn, rate)
 
     def batches(fn: Any) -> int:
         n = 0
@@ -304,6 +310,7 @@ def run_floor(data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
                     n += len(res["id"][s : s + BATCH])
         return n
 
+    batches(udf)  # warm up, as the systems do (imports, file cache)
     timed("pipeline", lambda: batches(udf), True)
     timed("actors", lambda: batches(Udf()), True)
 
@@ -340,6 +347,8 @@ def run_floor(data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
 
 
 def child(system: str, data_dir: Path, sizes: Sizes, out_file: Path) -> None:
+    global RESULTS
+    RESULTS = out_file
     rss = PeakRSS()
     try:
         if system == "floor":
@@ -388,7 +397,11 @@ def run_system(
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            return f"timed out after {sizes.timeout_s}s (log: {log})"
+            partial = json.loads(out_file.read_text()) if out_file.exists() else {}
+            partial["note"] = (
+                f"timed out after {sizes.timeout_s}s; rows shown '-' did not finish (log: {log})"
+            )
+            return partial  # type: ignore[no-any-return]
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the child left behind
@@ -433,6 +446,8 @@ def table(results: dict[str, dict[str, float] | str]) -> str:
     for system, r in results.items():
         if isinstance(r, str):
             lines.append(f"\n{LABELS[system]}: {r}")
+        elif "note" in r:
+            lines.append(f"\n{LABELS[system]}: {r['note']}")
     return "\n".join(lines)
 
 
@@ -443,11 +458,16 @@ def main() -> None:
         "--only", default=",".join(SYSTEMS), help="comma-separated: nbcluster,ray,floor"
     )
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument(
+        "--timeout", type=int, help="seconds allowed per system (default 3600, quick 1200)"
+    )
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = Sizes.quick() if args.quick else Sizes()
+    if args.timeout:
+        sizes.timeout_s = args.timeout
     if args.child:
         child(args.child, Path(args.data), sizes, Path(args.out))
         return
