@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from nbcluster.data._datasource import ReadTask
+from nbcluster.data._expr import parse_expression
 from nbcluster.data._logical import (
     AllToAll,
     InputData,
@@ -284,10 +285,14 @@ def explain(root: LogicalOp) -> str:
 
 
 def filter_expression(expr: Any) -> Any:
-    """Validate a ``filter(expr=...)`` argument: a ``pyarrow.compute.Expression``."""
+    """A ``filter(expr=...)`` argument as an Arrow expression: a
+    ``pyarrow.compute.Expression``, or a string such as ``"x > 5 and y == 'a'"`` (Ray's
+    form, parsed by ``_expr.py``, never evaluated)."""
+    if isinstance(expr, str):
+        return parse_expression(expr)
     if not isinstance(expr, pc.Expression):
         raise TypeError(
-            "filter(expr=...) takes a pyarrow.compute.Expression such as "
-            f"pc.field('x') > 5, got {type(expr).__name__}"
+            "filter(expr=...) takes a string such as 'x > 5' or a pyarrow.compute.Expression "
+            f"such as pc.field('x') > 5, got {type(expr).__name__}"
         )
     return expr

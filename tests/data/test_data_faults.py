@@ -137,7 +137,9 @@ def test_missing_and_unreadable_paths(shared_cluster: object, tmp_path: Path) ->
         ),
         (lambda ds: ds.limit(-1), ValueError, "limit must be a non-negative int"),
         (lambda ds: ds.filter(), ValueError, "exactly one of fn"),
-        (lambda ds: ds.filter(expr="id > 3"), TypeError, "pyarrow.compute.Expression"),
+        (lambda ds: ds.filter(expr=5), TypeError, "a string such as 'x > 5' or a pyarrow"),
+        (lambda ds: ds.filter(expr="id.real > 3"), ValueError, r"'id\.real' is not supported"),
+        (lambda ds: ds.filter(expr="id >"), ValueError, "is not a valid expression"),
         (lambda ds: ds.repartition(), ValueError, "exactly one of num_blocks"),
         (lambda ds: ds.zip(data.range(3)), ValueError, r"different numbers of rows \(10 and 3\)"),
         (

@@ -75,6 +75,8 @@ def test_projection_and_filter_pushed_into_the_read(
     direct = data.read_parquet(str(parquet_dir), columns=["b"], filter=pc.field("a") < 10)
     assert direct.to_pandas().b.tolist() == [i * 0.5 for i in range(10)]
     assert data.read_parquet(str(parquet_dir)).limit(30).count() == 30
+    as_text = data.read_parquet(str(parquet_dir)).filter(expr="a >= 350 and s != 'r399'")
+    assert optimize(as_text._plan).filter is not None and as_text.count() == 49
 
 
 def test_paths_globs_lists_uris_and_filesystems(shared_cluster: object, parquet_dir: Path) -> None:
