@@ -256,7 +256,7 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"Dataset\(num_rows=200000, schema=\{id: int64, city: int64, f0: double",
         ],
         "check-plan": [
-            r"^ReadParquet -> Filter\(\(id >= 150000\)\) -> Project\(id, city, f0, f1\) -> "
+            r"^ReadParquet -> Filter\(id >= 150000\) -> Project\(id, city, f0, f1\) -> "
             r"MapBatches\(standardize\)$",
             r"^ReadParquet\[columns=id,city,f0,f1; filter=\(id >= 150000\)\] -> "
             r"MapBatches\(standardize\)$",
