@@ -304,3 +304,9 @@ def test_string_filter_expressions_become_arrow_expressions() -> None:
         parse_expression("__import__('os')")
     with pytest.raises(ValueError, match="must refer to at least one column"):
         parse_expression("1 + 1")
+
+
+def test_pandas_batches_are_views_where_arrow_allows() -> None:
+    block = pa.table({"a": np.arange(1000), "b": np.random.default_rng(0).random(1000)})
+    df = block_to_batch(block, "pandas")
+    assert np.shares_memory(df["a"].to_numpy(), block.column("a").chunk(0).to_numpy())
