@@ -380,7 +380,10 @@ class Execution:
         if p.kind == "source":
             assert p.read_tasks is not None
             rt = p.read_tasks[ins.inputs[0]]
-            block, meta = self._remote_fn(ins.op, read_task).remote(stages, rt)
+            if ins.actor is not None:  # a read fused into an actor pool
+                block, meta = self._actors[(ins.op, ins.actor)].run_read.remote(rt)
+            else:
+                block, meta = self._remote_fn(ins.op, read_task).remote(stages, rt)
             inputs: tuple[int, ...] = ()
         elif p.kind == "limit":
             bundle = self._bundles[ins.inputs[0]]

@@ -13,8 +13,8 @@ Rules (each a pure function from a plan to a plan, applied until nothing changes
 
 Then :func:`to_physical` fuses chains of map-like operators into one physical operator
 (one task per bundle runs all of them): a read with the task maps after it, consecutive
-task maps with the same resources, and task maps before an actor-pool map (they run in
-the actors). Everything here is pure and unit-tested without processes.
+task maps with the same resources, and a read or task maps before an actor-pool map (they
+run in the actors). Everything here is pure and unit-tested without processes.
 """
 
 from __future__ import annotations
@@ -188,8 +188,10 @@ def _fusible(prev: PhysicalOp, op: MapLike) -> bool:
     if prev.uses_actors:
         return False
     if isinstance(op.compute, ActorPoolStrategy):
-        # Task maps run inside the actors; a read stays a task of its own.
-        return prev.kind == "map" and _same_resources(prev.remote_args, op.remote_args)
+        # Reads and task maps before a pool run inside its actors (as Ray fuses
+        # ReadFiles->MapBatches(Class)): blocks go through the store once, and the pool
+        # is not capped to leave CPUs for separate read tasks.
+        return _same_resources(prev.remote_args, op.remote_args)
     if not _same_resources(prev.remote_args, op.remote_args):
         return False
     return not (op.min_rows and prev.kind == "map" and not prev.stages)

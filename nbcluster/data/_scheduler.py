@@ -177,6 +177,8 @@ class OpState:
     next_seq: int = 0
     next_emit_seq: int = 0
     reorder: dict[int, list[BundleInfo]] = dataclasses.field(default_factory=dict)
+    #: First input (bundle id, or read-task index) of a lost task -> its output position.
+    retry_seq: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def running_out_est(self) -> int:
@@ -296,13 +298,13 @@ class StreamingState:
             return
         if t.actor is not None and t.actor in st.actors:
             st.actors[t.actor] -= 1
+        # The re-run takes the lost task's place in the output order.
+        st.retry_seq[t.inputs[0].id] = t.seq
         if st.spec.kind == "source":
             st.sources_left.appendleft((t.inputs[0].id, t.inputs[0].rows, t.inputs[0].size))
             return
         for b in reversed(t.inputs):
             st.queue.appendleft(b)
-        # The re-run gets a new sequence number; keep the old one free for ordering.
-        st.reorder.setdefault(t.seq, [])
 
     def actor_died(self, op: int, actor: int) -> None:
         """Actor ``actor`` of ``op`` died (its tasks are reported by :meth:`task_lost`)."""
@@ -635,8 +637,11 @@ class StreamingState:
         in_bytes: int = 0,
     ) -> _Task:
         st = self.ops[i]
-        task = _Task(self._task_id(), inputs, in_bytes, est, actor, st.next_seq)
-        st.next_seq += 1
+        seq = st.retry_seq.pop(inputs[0].id, None) if inputs else None
+        if seq is None:
+            seq = st.next_seq
+            st.next_seq += 1
+        task = _Task(self._task_id(), inputs, in_bytes, est, actor, seq)
         st.running[task.id] = task
         return task
 
@@ -648,8 +653,9 @@ class StreamingState:
         st = self.ops[i]
         assert st.spec.actor_pool is not None
         lo, hi = st.spec.actor_pool
-        work = len(st.queue) + len(st.running)
-        if st.inputs_done and not st.queue:
+        waiting = len(st.queue) + len(st.sources_left)  # bundles, or reads of a fused source
+        work = waiting + len(st.running)
+        if st.inputs_done and not waiting:
             for actor, calls in list(st.actors.items()):
                 if calls == 0 and len(st.actors) > 0:
                     del st.actors[actor]
@@ -671,7 +677,7 @@ class StreamingState:
         if (
             st.actors
             and busy
-            and len(st.queue) > self.scale_up_ratio * len(st.actors)
+            and waiting > self.scale_up_ratio * len(st.actors)
             and want < hi
             and fits >= 1
         ):

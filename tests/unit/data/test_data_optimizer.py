@@ -145,10 +145,11 @@ def test_task_maps_fuse_into_a_following_actor_pool() -> None:
     assert phys[1].uses_actors and len(phys[1].stages) == 3
 
 
-def test_reads_do_not_fuse_into_actor_pools() -> None:
+def test_reads_fuse_into_actor_pools_with_the_same_resources() -> None:
     plan = batches(read(), compute=ActorPoolStrategy(size=2))
     phys = to_physical(optimize(plan))
-    assert [p.kind for p in phys] == ["source", "map"] and phys[1].uses_actors
+    assert [(p.name, p.kind) for p in phys] == [("ReadParquet->MapBatches(g)", "source")]
+    assert phys[0].uses_actors and phys[0].read_tasks
 
 
 def test_all_to_all_limit_and_union_become_their_own_operators() -> None:
