@@ -541,7 +541,7 @@ class Execution:
         out = []
         for i, st in enumerate(self.state.ops):
             started = self._op_started.get(i, self._started_at)
-            ended = self._op_ended.get(i, now if not st.done else now)
+            ended = self._op_ended.get(i, now)
             out.append(
                 OpSnapshot(
                     name=st.spec.name,
@@ -594,7 +594,6 @@ class Execution:
             driver_rss_peak=self._rss_peak,
             status=status,
         )
-        self._final_snapshot = snap
 
     def _close_progress(self) -> None:
         if self._progress is not None and self.stats is not None:

@@ -163,7 +163,6 @@ class OpState:
     done: bool = False
     cancelled: bool = False
     barrier_started: bool = False
-    barrier_outputs_expected: int = 0
     #: Bytes of outputs not yet consumed downstream (the operator's share of the budget).
     out_bytes: int = 0
     rows_out: int = 0
@@ -313,7 +312,6 @@ class StreamingState:
     def barrier_outputs(self, op: int, count: int) -> None:
         """Barrier ``op`` started ``count`` output tasks (numbered 0..count-1)."""
         st = self.ops[op]
-        st.barrier_outputs_expected = count
         for _ in range(count):
             tid = self._task_id()
             st.running[tid] = _Task(tid, (), 0, 0, None, st.next_seq)
