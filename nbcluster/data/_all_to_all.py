@@ -330,9 +330,12 @@ def run_all_to_all(
     if kind == "aggregate":
         keys, aggs = p["keys"], p["aggs"]
         _check_keys(bundles, keys, "groupby")
-        partial = [tuple(_partial_agg.remote(keys, aggs, b.block)) for b in bundles]
-        metas = nbcluster.get([m for _, m in partial])
-        pb = [RefBundle(r, m) for (r, _), m in zip(partial, metas, strict=True)]
+        if p.get("partials"):  # the upstream tasks already reduced their blocks
+            pb = list(bundles)
+        else:
+            partial = [tuple(_partial_agg.remote(keys, aggs, b.block)) for b in bundles]
+            metas = nbcluster.get([m for _, m in partial])
+            pb = [RefBundle(r, m) for (r, _), m in zip(partial, metas, strict=True)]
         if not keys or not pb:
             return [tuple(_combine_agg.remote(keys, aggs, *[b.block for b in pb]))]
         n = _partitions(pb, None, 1)

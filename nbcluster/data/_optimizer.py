@@ -37,7 +37,7 @@ from nbcluster.data._logical import (
     Union,
     walk,
 )
-from nbcluster.data._transform import FilterStage, ProjectStage, Stage
+from nbcluster.data._transform import FilterStage, PartialAggregateStage, ProjectStage, Stage
 from nbcluster.data.compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
 
 __all__ = ["PhysicalOp", "explain", "optimize", "to_physical"]
@@ -253,6 +253,9 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
             ops.append(PhysicalOp(op.name, "limit", inputs, limit=op.n, logical=[op.name]))
             return len(ops) - 1
         if isinstance(op, AllToAll):
+            if op.kind == "aggregate" and len(inputs) == 1:
+                inputs = (_map_side_aggregate(ops, inputs[0], op),)
+                op = dataclasses.replace(op, params={**op.params, "partials": True})
             ops.append(PhysicalOp(op.name, "barrier", inputs, all_to_all=op, logical=[op.name]))
             return len(ops) - 1
         if isinstance(op, Union):
@@ -262,6 +265,26 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
 
     build(root)
     return ops
+
+
+def _map_side_aggregate(ops: list[PhysicalOp], src: int, op: AllToAll) -> int:
+    """Put the groupby's partial aggregation into the operator making its input (or a map
+    operator of its own): the barrier then receives partial states, not the data."""
+    stage = PartialAggregateStage(list(op.params["keys"]), list(op.params["aggs"]))
+    prev = ops[src]
+    fusible = (
+        prev.kind in ("source", "map")
+        and prev.bundles is None
+        and not prev.uses_actors
+        and src == len(ops) - 1
+    )
+    if fusible:
+        prev.stages.append(stage)
+        prev.name = f"{prev.name}->{stage.name}"
+        prev.logical.append(stage.name)
+        return src
+    ops.append(PhysicalOp(stage.name, "map", (src,), stages=[stage], logical=[stage.name]))
+    return len(ops) - 1
 
 
 def explain(root: LogicalOp) -> str:

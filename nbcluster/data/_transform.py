@@ -30,6 +30,7 @@ from nbcluster.data._block import (
     row_views,
     rows_to_block,
 )
+from nbcluster.data.aggregate import aggregate_block
 
 __all__ = [
     "AddColumnStage",
@@ -37,6 +38,7 @@ __all__ = [
     "FlatMapStage",
     "MapBatchesStage",
     "MapRowsStage",
+    "PartialAggregateStage",
     "ProjectStage",
     "Stage",
     "run_stages",
@@ -389,6 +391,24 @@ class ProjectStage(Stage):
         if self.rename:
             return table.rename_columns([self.rename.get(c, c) for c in have])
         return table
+
+
+@dataclasses.dataclass
+class PartialAggregateStage(Stage):
+    """The map side of a groupby: each block reduced to partial aggregation states.
+
+    Fused into the task that makes the blocks (a read, a map), so only the small partial
+    states go to the object store; the all-to-all step merges them.
+    """
+
+    keys: Sequence[str]
+    aggs: Sequence[Any]
+    name: str = "PartialAggregate"
+
+    def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        """The partial states of each block's groups."""
+        for table in blocks:
+            yield aggregate_block(table, self.keys, self.aggs)
 
 
 def run_stages(stages: Sequence[Stage], blocks: Iterable[pa.Table]) -> pa.Table:

@@ -199,3 +199,25 @@ def test_projection_then_limit_both_reach_the_read() -> None:
     src = opt.inputs[0]
     assert src.columns == ["a"] and src.pushed_limit == 5 and len(src.tasks) == 1
     assert src.tasks[0].num_rows == 5
+
+
+def test_groupby_partial_aggregation_runs_in_the_producing_tasks() -> None:
+    from nbcluster.data.aggregate import Mean
+
+    agg = AllToAll(
+        (batches(read()),),
+        kind="aggregate",
+        params={"keys": ["a"], "aggs": [Mean("c")]},
+        label="Aggregate",
+    )
+    phys = to_physical(optimize(agg))
+    assert [p.name for p in phys] == ["ReadParquet->MapBatches(g)->PartialAggregate", "Aggregate"]
+    assert phys[1].all_to_all is not None and phys[1].all_to_all.params["partials"] is True
+    # After an actor pool (not fusible), the partial step is a task operator of its own.
+    pooled = AllToAll(
+        (batches(read(), compute=ActorPoolStrategy(size=1), remote_args={"num_gpus": 1}),),
+        kind="aggregate",
+        params={"keys": [], "aggs": [Mean("c")]},
+        label="Aggregate",
+    )
+    assert [p.kind for p in to_physical(optimize(pooled))] == ["source", "map", "map", "barrier"]
