@@ -20,6 +20,7 @@ run in the actors). Everything here is pure and unit-tested without processes.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pyarrow.compute as pc
@@ -37,7 +38,13 @@ from nbcluster.data._logical import (
     Union,
     walk,
 )
-from nbcluster.data._transform import FilterStage, PartialAggregateStage, ProjectStage, Stage
+from nbcluster.data._transform import (
+    FilterStage,
+    PartialAggregateStage,
+    ProjectStage,
+    ShuffleMapStage,
+    Stage,
+)
 from nbcluster.data.compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
 
 __all__ = ["PhysicalOp", "explain", "optimize", "to_physical"]
@@ -254,8 +261,25 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
             return len(ops) - 1
         if isinstance(op, AllToAll):
             if op.kind == "aggregate" and len(inputs) == 1:
-                inputs = (_map_side_aggregate(ops, inputs[0], op),)
+                inputs = (
+                    _map_side(
+                        ops,
+                        inputs[0],
+                        PartialAggregateStage(list(op.params["keys"]), list(op.params["aggs"])),
+                    ),
+                )
                 op = dataclasses.replace(op, params={**op.params, "partials": True})
+            shuffles = op.kind == "random_shuffle" or (
+                op.kind == "repartition" and op.params.get("shuffle")
+            )
+            if shuffles and len(inputs) == 1:
+                parts = _shuffle_partitions(ops, inputs[0], op.params.get("num_blocks"))
+                if parts is not None:
+                    stage = ShuffleMapStage(parts, op.params.get("seed"))
+                    inputs = (_map_side(ops, inputs[0], stage),)
+                    op = dataclasses.replace(
+                        op, params={**op.params, "premapped": True, "partitions": parts}
+                    )
             ops.append(PhysicalOp(op.name, "barrier", inputs, all_to_all=op, logical=[op.name]))
             return len(ops) - 1
         if isinstance(op, Union):
@@ -267,10 +291,39 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
     return ops
 
 
-def _map_side_aggregate(ops: list[PhysicalOp], src: int, op: AllToAll) -> int:
-    """Put the groupby's partial aggregation into the operator making its input (or a map
-    operator of its own): the barrier then receives partial states, not the data."""
-    stage = PartialAggregateStage(list(op.params["keys"]), list(op.params["aggs"]))
+#: A shuffle aims at reduce outputs of about this many bytes (as ``_all_to_all``).
+SHUFFLE_PARTITION_BYTES = 64 * 1024 * 1024
+
+
+def _source_estimate(ops: list[PhysicalOp], idx: int) -> tuple[int, int] | None:
+    """(blocks, bytes) that operator ``idx`` will produce, from its source's estimates."""
+    op = ops[idx]
+    while op.kind == "map" and op.inputs:
+        op = ops[op.inputs[0]]
+    if op.kind != "source":
+        return None
+    if op.read_tasks is not None:
+        return len(op.read_tasks), sum(t.size_bytes or 0 for t in op.read_tasks)
+    bundles = op.bundles or []
+    return len(bundles), sum(b.meta.size_bytes for b in bundles)
+
+
+def _shuffle_partitions(ops: list[PhysicalOp], src: int, requested: int | None) -> int | None:
+    """How many reducers a shuffle gets, decided before the data exists (None: unknown)."""
+    if requested:
+        return int(requested)
+    est = _source_estimate(ops, src)
+    if est is None:
+        return None
+    blocks, size = est
+    by_size = math.ceil(size / SHUFFLE_PARTITION_BYTES) if size else 1
+    return max(1, min(max(blocks, 1), max(by_size, min(blocks, 2))))
+
+
+def _map_side(ops: list[PhysicalOp], src: int, stage: Stage) -> int:
+    """Put the map side of an all-to-all (a partial aggregation, a shuffle's partitioning)
+    into the operator making its input, or into a map operator of its own: the barrier
+    then receives partial states or partitioned blocks, and the work overlaps the reads."""
     prev = ops[src]
     fusible = (
         prev.kind in ("source", "map")

@@ -221,3 +221,27 @@ def test_groupby_partial_aggregation_runs_in_the_producing_tasks() -> None:
         label="Aggregate",
     )
     assert [p.kind for p in to_physical(optimize(pooled))] == ["source", "map", "map", "barrier"]
+
+
+def test_shuffle_partitioning_runs_in_the_producing_tasks() -> None:
+    shuffled = AllToAll(
+        (maprows(read()),), kind="random_shuffle", params={"seed": 3}, label="RandomShuffle"
+    )
+    phys = to_physical(optimize(shuffled))
+    assert [p.name for p in phys] == ["ReadParquet->Map(f)->ShuffleMap", "RandomShuffle"]
+    params = phys[1].all_to_all.params
+    assert params["premapped"] is True and params["partitions"] == 2  # 4 small reads -> 2 reducers
+    fixed = AllToAll((read(),), kind="repartition", params={"num_blocks": 7, "shuffle": True})
+    assert to_physical(optimize(fixed))[1].all_to_all.params["partitions"] == 7
+
+
+def test_shuffle_map_stage_partitions_and_repeats_with_a_seed() -> None:
+    from nbcluster.data._transform import SHUFFLE_OFFSETS, ShuffleMapStage
+
+    table = pa.table({"a": list(range(100))})
+    out = list(ShuffleMapStage(4, seed=1).apply(iter([table.slice(0, 50), table.slice(50)])))
+    assert len(out) == 1 and sorted(out[0].column("a").to_pylist()) == list(range(100))
+    offsets = __import__("json").loads(out[0].schema.metadata[SHUFFLE_OFFSETS])
+    assert offsets[0] == 0 and offsets[-1] == 100 and len(offsets) == 5
+    again = list(ShuffleMapStage(4, seed=1).apply(iter([table])))[0]
+    assert again.column("a").to_pylist() == out[0].column("a").to_pylist()
