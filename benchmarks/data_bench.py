@@ -407,8 +407,12 @@ def run_system(
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the child left behind
-    if proc.returncode != 0 or not out_file.exists():
-        return f"exit {proc.returncode} (log: {log})"
+    if proc.returncode != 0:
+        partial = json.loads(out_file.read_text()) if out_file.exists() else {}
+        partial["note"] = f"exit {proc.returncode}; rows shown '-' failed (log: {log})"
+        return partial  # type: ignore[no-any-return]
+    if not out_file.exists():
+        return f"no results (log: {log})"
     return json.loads(out_file.read_text())  # type: ignore[no-any-return]
 
 
