@@ -173,6 +173,58 @@ def test_freed_files_are_reused(shm_dir: str) -> None:
     np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(3))), c)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_recycled_file_is_written_through_a_mapping(shm_dir: str, monkeypatch, threads) -> None:
+    monkeypatch.setattr(store, "copy_threads", threads)
+    monkeypatch.setattr(store, "_PARALLEL_COPY_MIN", 1 * MiB)  # split even this small value
+    store.allocate_pool_files(shm_dir, [8 * MiB])
+    calls = []
+    real = store._write_mapped
+    monkeypatch.setattr(store, "_write_mapped", lambda *a: calls.append(a[1]) or real(*a))
+    # Odd sizes and several buffers: the split and the gaps between buffers must be exact.
+    value = {
+        "a": np.arange(3 * MiB // 8 + 3, dtype=np.float64),
+        "b": np.frombuffer(os.urandom(MiB + 17), dtype=np.uint8),
+        "tail": b"x" * 1000,
+    }
+    sv = serialize(value)
+    store.write_object(shm_dir, oid(1), sv)
+    assert calls == [sv.total_size]
+    out = deserialize(store.read_object(shm_dir, oid(1)))
+    np.testing.assert_array_equal(out["a"], value["a"])
+    np.testing.assert_array_equal(out["b"], value["b"])
+    assert out["tail"] == value["tail"]
+    with open(store.object_path(shm_dir, oid(1)), "rb") as f:
+        assert f.read() == sv.to_bytes()
+
+
+def test_a_smaller_pool_file_is_written_without_a_mapping(shm_dir: str, monkeypatch) -> None:
+    # Its extra pages are not allocated: a mapping could SIGBUS on a full disk.
+    store.allocate_pool_files(shm_dir, [2 * MiB])
+    monkeypatch.setattr(store, "_write_mapped", lambda *a: pytest.fail("mapped"))
+    arr = np.arange(4 * MiB // 8, dtype=np.float64)
+    store.write_object(shm_dir, oid(1), serialize(arr))
+    assert pool(shm_dir) == []  # the pool file was used all the same
+    np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(1))), arr)
+
+
+def test_allocate_pool_files(shm_dir: str, monkeypatch) -> None:
+    assert store.allocate_pool_files(shm_dir, [2 * MiB, 3 * MiB]) == 5 * MiB
+    assert sorted(store.pool_file_sizes(shm_dir)) == [2 * MiB, 3 * MiB]
+    for name in pool(shm_dir):
+        st = os.stat(os.path.join(shm_dir, store.FREE_DIR, name))
+        assert st.st_blocks * 512 >= st.st_size  # the pages are allocated
+    assert store.spare_bytes(shm_dir) > 0
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "full")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert store.allocate_pool_files(shm_dir, [MiB]) == 0
+    assert sorted(store.pool_file_sizes(shm_dir)) == [2 * MiB, 3 * MiB]  # nothing half-made
+    assert len(pool(shm_dir)) == 2
+
+
 def test_a_mapped_file_is_never_recycled(shm_dir: str) -> None:
     a = np.ones(2 * MiB // 8)
     store.write_object(shm_dir, oid(1), serialize(a))

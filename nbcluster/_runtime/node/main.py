@@ -108,9 +108,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     pb_grpc.add_NodeManagerServicer_to_server(service, server)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
-    if not file_backed:  # allocate a few reusable files in the background
-        prewarm = min(service.recycle_limit, 2 * 128 * 2**20)
-        loop.run_in_executor(None, objstore.prewarm_pool, store_dir, prewarm)
+    service.refill_pool(initial=True)  # a few reusable files, allocated in the background
 
     info = pb.NodeInfo(
         node_id=node_id,

@@ -27,6 +27,7 @@ from nbcluster._runtime.node.state import (
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
 from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects.pool import WarmPool
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
@@ -178,6 +179,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.granted: dict[bytes, pb.LeaseReply] = {}
         self.fetched_bytes = 0
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
+        self.pool = WarmPool(self.recycle_limit)
+        self._pool_task: asyncio.Task[None] | None = None
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -339,7 +342,34 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def SealObject(self, request: pb.SealObjectRequest, context: grpc.aio.ServicerContext):
         if not self.store.seal(request.object_id):  # freed while it was being written
             objstore.delete_object(self.store_dir, request.object_id)
+        self.pool.wrote(request.size)
+        self.refill_pool()
         return pb.Empty()
+
+    # -- the pool of pre-allocated files (objects.pool) ----------------------------------------
+    def refill_pool(self, initial: bool = False) -> None:
+        """Allocate pool files in the background for the next large writes (one at a time)."""
+        if self.file_backed or (self._pool_task is not None and not self._pool_task.done()):
+            return
+        self._pool_task = asyncio.get_running_loop().create_task(self._refill_pool(initial))
+
+    async def _refill_pool(self, initial: bool) -> None:
+        try:
+            sizes, drop = (self.pool.initial(), []) if initial else self._pool_plan()
+            if drop:
+                objstore.drop_pool_files(self.store_dir, drop)
+            while sizes:
+                if not await asyncio.to_thread(objstore.allocate_pool_files, self.store_dir, sizes):
+                    return  # the disk is full: try again after the next write
+                sizes, _ = self._pool_plan()
+        except OSError:
+            log.exception("allocating reusable store files failed")
+
+    def _pool_plan(self) -> tuple[list[int], list[int]]:
+        stats = self.store.stats()
+        promised = max(0, stats.capacity - stats.used)
+        spare = objstore.spare_bytes(self.store_dir) - promised
+        return self.pool.plan(objstore.pool_file_sizes(self.store_dir), spare)
 
     async def FreeObjects(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
         for oid, where in self.store.free(list(request.object_ids)):
@@ -446,6 +476,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
             raise
         self.store.seal(oid)
         self.fetched_bytes += request.size
+        self.pool.wrote(size)
+        self.refill_pool()
         return pb.ObjectInfoReply(
             found=True, path=objstore.object_path(self.store_dir, oid), size=request.size
         )

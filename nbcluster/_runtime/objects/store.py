@@ -56,9 +56,11 @@ retries once when the disk is full.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
+import functools
 import itertools
 import mmap
 import os
@@ -69,6 +71,8 @@ import tempfile
 import warnings
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from nbcluster._runtime.serialization import SerializedValue
 
@@ -77,19 +81,25 @@ __all__ = [
     "MIN_CAPACITY",
     "RECYCLE_MIN_SIZE",
     "StoreFallbackWarning",
+    "allocate_pool_files",
     "default_store_capacity",
     "delete_object",
+    "drop_pool_files",
     "free_pool_bytes",
     "object_path",
+    "pool_file_sizes",
     "prepare_store_dir",
     "read_object",
     "remove_store_dir",
     "restore_object",
+    "spare_bytes",
     "spill_object",
     "trim_free_pool",
     "write_object",
 ]
 
+#: Smallest recycled file written through a mapping instead of ``pwritev``.
+MAPPED_WRITE_MIN = 1 << 20
 #: Smallest object file worth keeping for reuse.
 RECYCLE_MIN_SIZE = 1 << 20
 #: Smallest store :func:`default_store_capacity` chooses.
@@ -104,8 +114,15 @@ _DIR_MODE = 0o700
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if os.sysconf("SC_IOV_MAX") > 0 else 16
 _MAX_RW = 0x7FFFF000  # Linux moves at most this many bytes per read/write call
 _COPY_CHUNK = 8 << 20
+_ZERO_CHUNK = 1 << 20
 _LEASES = hasattr(fcntl, "F_SETLEASE")
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_NUMPY_COPY_MIN = 256 << 10
+_PARALLEL_COPY_MIN = 16 << 20
+#: Threads that copy one large piece of a put (1 turns the parallel copy off).
+copy_threads = 2
+_copy_executor: concurrent.futures.ThreadPoolExecutor | None = None
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _counter = itertools.count()
 _fallback_warned: set[tuple[str, str]] = set()
@@ -138,14 +155,17 @@ def write_object(store_dir: str, object_id: bytes, value: SerializedValue) -> in
     size = value.total_size
     chunks = value.chunks()
     tmp = _temp_path(store_dir, object_id)
-    fd = _open_new(store_dir, tmp, size)
+    fd, allocated = _open_new(store_dir, tmp, size)
     try:
-        try:
-            _pwritev_all(fd, chunks)
-        except OSError as err:
-            if err.errno != errno.ENOSPC or trim_free_pool(store_dir) == 0:
-                raise
-            _pwritev_all(fd, chunks)
+        if allocated and size >= MAPPED_WRITE_MIN:
+            _write_mapped(fd, size, chunks)
+        else:
+            try:
+                _pwritev_all(fd, chunks)
+            except OSError as err:
+                if err.errno != errno.ENOSPC or trim_free_pool(store_dir) == 0:
+                    raise
+                _pwritev_all(fd, chunks)
     except BaseException:
         os.close(fd)
         _unlink_quiet(tmp)
@@ -245,7 +265,7 @@ def restore_object(spill_dir: str, store_dir: str, object_id: bytes) -> int:
             _unlink_quiet(src)
             return size
         tmp = _temp_path(store_dir, object_id)
-        fd_out = _open_new(store_dir, tmp, size)
+        fd_out, _ = _open_new(store_dir, tmp, size)
         try:
             try:
                 _copy_fd(fd_in, fd_out, size)
@@ -347,20 +367,20 @@ def _nobody_else_has_it_open(fd: int) -> bool:
     return True
 
 
-def _claim_recycled(store_dir: str, size: int, tmp: str) -> bool:
-    """Rename the best-fitting pooled file to ``tmp``; False if the pool has none."""
+def _claim_recycled(store_dir: str, size: int, tmp: str) -> int:
+    """Rename the best-fitting pooled file to ``tmp``; return its size (0: the pool had none)."""
     files = _pool_files(store_dir)
     if not files:
-        return False
-    fits = sorted(f for f in files if f[0] >= size)  # smallest that holds it
+        return 0
+    fits = sorted(f for f in files if size <= f[0] <= 2 * size + RECYCLE_MIN_SIZE)  # best fit
     smaller = sorted((f for f in files if f[0] < size), reverse=True)  # else reuse the most
-    for _, path in (fits + smaller)[:8]:
+    for had, path in (fits + smaller)[:8]:
         try:
             os.rename(path, tmp)
         except FileNotFoundError:  # another writer took it
             continue
-        return True
-    return False
+        return had
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,18 +391,24 @@ def _temp_path(directory: str, object_id: bytes) -> str:
     return os.path.join(directory, f"{_TMP_PREFIX}{object_id.hex()}-{os.getpid()}-{next(_counter)}")
 
 
-def _open_new(store_dir: str, tmp: str, size: int) -> int:
-    """Open ``tmp`` for writing ``size`` bytes: a recycled file if possible, else a new one."""
-    if size >= RECYCLE_MIN_SIZE and _claim_recycled(store_dir, size, tmp):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CLOEXEC)
+def _open_new(store_dir: str, tmp: str, size: int) -> tuple[int, bool]:
+    """Open ``tmp`` (read-write) for ``size`` bytes: a recycled file if possible, else a new one.
+
+    Returns ``(fd, allocated)``; ``allocated`` means every page of the ``size`` bytes is
+    already allocated (a recycled file at least that big), so the file may be written
+    through a mapping without risking ``SIGBUS`` on a full disk.
+    """
+    had = _claim_recycled(store_dir, size, tmp) if size >= RECYCLE_MIN_SIZE else 0
+    if had:
+        fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
         try:
             os.ftruncate(fd, size)
         except BaseException:
             os.close(fd)
             _unlink_quiet(tmp)
             raise
-        return fd
-    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+        return fd, had >= size
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE), False
 
 
 def _seal(tmp: str, final: str) -> None:
@@ -401,11 +427,63 @@ def _seal(tmp: str, final: str) -> None:
     os.unlink(tmp)
 
 
+def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
+    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping.
+
+    Only for files whose pages are all allocated (a recycled file): ``MAP_POPULATE`` maps
+    them in one call, so the copy runs without page faults at memcpy speed, and large
+    pieces are copied by numpy with the GIL released (by two threads when the piece is
+    big enough and the machine has two cores to spare).
+    """
+    mapping = mmap.mmap(
+        fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+    )
+    try:
+        dest = np.frombuffer(mapping, dtype=np.uint8)
+        pos = 0
+        for chunk in chunks:
+            n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+            if n >= _NUMPY_COPY_MIN:
+                _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
+            elif n:
+                mapping[pos : pos + n] = chunk
+            pos += n
+        del dest
+    finally:
+        mapping.close()
+
+
+def _parallel_copy(dest: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dest, src)``; halves in two threads for large copies on 2+ free cores."""
+    n = src.nbytes
+    if n < _PARALLEL_COPY_MIN or copy_threads < 2 or _cpus() < 2:
+        np.copyto(dest, src)
+        return
+    half = (n // 2) & ~4095
+    other = _copy_pool().submit(np.copyto, dest[half:], src[half:])
+    np.copyto(dest[:half], src[:half])
+    other.result()
+
+
+@functools.cache
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _copy_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _copy_executor
+    if _copy_executor is None:
+        _copy_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbc-copy")
+    return _copy_executor
+
+
 def _pwritev_all(fd: int, chunks: list[bytes | memoryview]) -> None:
     """Write ``chunks`` back to back from offset 0, handling short writes and IOV_MAX."""
-    views = [memoryview(c) for c in chunks]
+    _pwritev_at(fd, [memoryview(c) for c in chunks], 0)
+
+
+def _pwritev_at(fd: int, views: list[memoryview], offset: int) -> None:
     count = len(views)
-    offset = 0
     i = 0
     while i < count:
         written = os.pwritev(fd, views[i : i + _IOV_MAX], offset)
@@ -618,7 +696,7 @@ class RawWriter:
     def __init__(self, store_dir: str, object_id: bytes, size: int) -> None:
         self.final = object_path(store_dir, object_id)
         self.tmp = _temp_path(store_dir, object_id)
-        self.fd = _open_new(store_dir, self.tmp, size)
+        self.fd, _ = _open_new(store_dir, self.tmp, size)
         self.size = size
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
@@ -643,26 +721,68 @@ class RawWriter:
             _seal(self.tmp, self.final)
 
 
-def prewarm_pool(store_dir: str, total_bytes: int, file_bytes: int = 128 * 2**20) -> int:
-    """Fill the reuse pool with allocated files so the first large puts skip page allocation.
+def allocate_pool_files(store_dir: str, sizes: list[int]) -> int:
+    """Add files of these sizes, their pages allocated, to the reuse pool; return the bytes.
 
-    Writing into fresh tmpfs pages runs at about a quarter of memcpy; into allocated pages
-    at more than half. Returns the bytes allocated (0 where ``posix_fallocate`` fails).
+    The next writes of objects that fit them skip tmpfs page allocation (see
+    ``objects.pool``). Stops at the first ``posix_fallocate`` failure (a full disk).
     """
     free_dir = os.path.join(store_dir, FREE_DIR)
-    os.makedirs(free_dir, exist_ok=True)
+    os.makedirs(free_dir, mode=_DIR_MODE, exist_ok=True)
     made = 0
-    n = 0
-    while made + file_bytes <= total_bytes:
-        path = os.path.join(free_dir, f"{file_bytes}-{os.getpid()}-prewarm{n}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+    for size in sizes:
+        unique = f"{os.getpid()}-{next(_counter)}"
+        building = os.path.join(free_dir, _CHECK_PREFIX + unique)  # hidden from writers
+        fd = os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
         try:
-            os.posix_fallocate(fd, 0, file_bytes)
+            # posix_fallocate reserves the pages, but tmpfs zeroes each one on its first
+            # write, so writing them now is what makes the later object write cheap.
+            os.posix_fallocate(fd, 0, size)
+            _write_zeros(fd, size)
         except OSError:
             os.close(fd)
-            _unlink_quiet(path)
+            _unlink_quiet(building)
             break
         os.close(fd)
-        made += file_bytes
-        n += 1
+        os.rename(building, os.path.join(free_dir, f"{size}-{unique}"))
+        made += size
     return made
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    zeros = memoryview(bytes(_ZERO_CHUNK))
+    offset = 0
+    while offset < size:
+        n = min(size - offset, _ZERO_CHUNK * _IOV_MAX)
+        views = [zeros] * (n // _ZERO_CHUNK)
+        if n % _ZERO_CHUNK:
+            views.append(zeros[: n % _ZERO_CHUNK])
+        _pwritev_at(fd, views, offset)
+        offset += n
+
+
+def pool_file_sizes(store_dir: str) -> list[int]:
+    """Sizes of the files in the reuse pool."""
+    return [size for size, _ in _pool_files(store_dir)]
+
+
+def drop_pool_files(store_dir: str, sizes: list[int]) -> int:
+    """Delete one pool file of each of these sizes (those still there); return the bytes."""
+    by_size: dict[int, list[str]] = {}
+    for size, path in _pool_files(store_dir):
+        by_size.setdefault(size, []).append(path)
+    freed = 0
+    for size in sizes:
+        paths = by_size.get(size)
+        if paths:
+            try:
+                os.unlink(paths.pop())
+            except FileNotFoundError:  # claimed by a writer meanwhile
+                continue
+            freed += size
+    return freed
+
+
+def spare_bytes(store_dir: str) -> int:
+    """Free bytes of the filesystem that holds ``store_dir``."""
+    return _free_bytes(store_dir) or 0
