@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import nbcluster
-from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.protocol.rpc import pb, pb_grpc
 from nbcluster.config import Config
 from nbcluster.exceptions import GetTimeoutError
@@ -446,24 +446,26 @@ def test_prepare_store_dir_falls_back_to_files_with_one_warning(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # Enough room: shared memory, no warning.
-        path, file_backed = objstore.prepare_store_dir(
+        path, file_backed = storedirs.prepare_store_dir(
             session + "-roomy", "aa01", MiB, base_dir=str(base), fallback_dir=str(fallback)
         )
         assert file_backed is False
         assert Path(path).parent.parent == base and Path(path).is_dir()
         assert caught == []
         # Capacity larger than the free space: ordinary files under the fallback dir.
-        path, file_backed = objstore.prepare_store_dir(
+        path, file_backed = storedirs.prepare_store_dir(
             session, "aa01", free + 2**30, base_dir=str(base), fallback_dir=str(fallback)
         )
-        path2, file_backed2 = objstore.prepare_store_dir(
+        path2, file_backed2 = storedirs.prepare_store_dir(
             session, "aa02", free + 2**30, base_dir=str(base), fallback_dir=str(fallback)
         )
     assert file_backed is True and file_backed2 is True
     assert Path(path) == fallback / f"nbcluster-{session}" / "aa01"
     assert Path(path2) == fallback / f"nbcluster-{session}" / "aa02"
     assert Path(path).is_dir() and (Path(path).stat().st_mode & 0o777) == 0o700
-    fallback_warnings = [w for w in caught if issubclass(w.category, objstore.StoreFallbackWarning)]
+    fallback_warnings = [
+        w for w in caught if issubclass(w.category, storedirs.StoreFallbackWarning)
+    ]
     assert len(fallback_warnings) == 1, [str(w.message) for w in caught]
     assert len(caught) == 1
     text = str(fallback_warnings[0].message)

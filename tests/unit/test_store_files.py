@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
-from nbcluster._runtime.objects import store
+from nbcluster._runtime.objects import dirs, store
 from nbcluster._runtime.serialization import ALIGNMENT, deserialize, serialize
 
 MiB = 1 << 20
@@ -346,11 +346,11 @@ def test_restore_reuses_a_pooled_file(shm_dir: str, tmp_path) -> None:
 def test_prepare_store_dir_in_shared_memory(tmp_path) -> None:
     base = tmp_path / "shm"
     base.mkdir()
-    path, file_backed = store.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base))
+    path, file_backed = dirs.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base))
     assert path == str(base / "nbcluster-s1" / "ab01") and file_backed is False
     assert os.stat(path).st_mode & 0o777 == 0o700
-    assert store.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base)) == (path, False)
-    store.remove_store_dir(path)
+    assert dirs.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base)) == (path, False)
+    dirs.remove_store_dir(path)
     assert not os.path.exists(base / "nbcluster-s1")
 
 
@@ -358,8 +358,8 @@ def test_small_shared_memory_falls_back_with_one_warning(tmp_path) -> None:
     base, fallback = tmp_path / "shm", tmp_path / "disk"
     base.mkdir()
     huge = 1 << 60
-    with pytest.warns(store.StoreFallbackWarning) as record:
-        path, file_backed = store.prepare_store_dir(
+    with pytest.warns(dirs.StoreFallbackWarning) as record:
+        path, file_backed = dirs.prepare_store_dir(
             "s2", "ab01", huge, base_dir=str(base), fallback_dir=str(fallback)
         )
     assert file_backed is True and path == str(fallback / "nbcluster-s2" / "ab01")
@@ -370,12 +370,12 @@ def test_small_shared_memory_falls_back_with_one_warning(tmp_path) -> None:
     assert "--shm-size" in message and "object_store_memory" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second node of the same session: no new warning
-        store.prepare_store_dir("s2", "ab02", huge, base_dir=str(base), fallback_dir=str(fallback))
+        dirs.prepare_store_dir("s2", "ab02", huge, base_dir=str(base), fallback_dir=str(fallback))
 
 
 def test_missing_base_dir_falls_back(tmp_path) -> None:
-    with pytest.warns(store.StoreFallbackWarning, match="does not exist"):
-        path, file_backed = store.prepare_store_dir(
+    with pytest.warns(dirs.StoreFallbackWarning, match="does not exist"):
+        path, file_backed = dirs.prepare_store_dir(
             "s3", "ab01", MiB, base_dir=str(tmp_path / "nope"), fallback_dir=str(tmp_path)
         )
     assert file_backed and path.startswith(str(tmp_path))
@@ -384,7 +384,7 @@ def test_missing_base_dir_falls_back(tmp_path) -> None:
 @pytest.mark.parametrize("session, node", [("../etc", "ab"), ("s", "a/b"), ("", "ab"), ("s", "..")])
 def test_unsafe_names_are_rejected(tmp_path, session: str, node: str) -> None:
     with pytest.raises(ValueError, match="must be letters"):
-        store.prepare_store_dir(session, node, MiB, base_dir=str(tmp_path))
+        dirs.prepare_store_dir(session, node, MiB, base_dir=str(tmp_path))
 
 
 def test_a_planted_symlink_is_refused(tmp_path) -> None:
@@ -392,29 +392,29 @@ def test_a_planted_symlink_is_refused(tmp_path) -> None:
     target.mkdir()
     (tmp_path / "nbcluster-s4").symlink_to(target)
     with pytest.raises(PermissionError, match="not a directory owned by this user"):
-        store.prepare_store_dir("s4", "ab01", MiB, base_dir=str(tmp_path))
+        dirs.prepare_store_dir("s4", "ab01", MiB, base_dir=str(tmp_path))
 
 
 def test_default_store_capacity(monkeypatch, tmp_path) -> None:
     GiB = 1 << 30
-    monkeypatch.setattr(store, "_usable_memory", lambda: 10 * GiB)
-    monkeypatch.setattr(store, "_free_bytes", lambda path: 20 * GiB)
-    assert store.default_store_capacity() == 3 * GiB  # 30% of memory
-    monkeypatch.setattr(store, "_free_bytes", lambda path: 2 * GiB)
-    assert store.default_store_capacity() == int(2 * GiB * 0.9)  # fits in /dev/shm
-    monkeypatch.setattr(store, "_free_bytes", lambda path: 64 * 1000 * 1000)  # Docker's 64 MB
-    assert store.default_store_capacity() == 3 * GiB  # too small to use: file-backed, full size
-    monkeypatch.setattr(store, "_free_bytes", lambda path: None)
-    assert store.default_store_capacity() == 3 * GiB
-    monkeypatch.setattr(store, "_usable_memory", lambda: 100 * MiB)
-    assert store.default_store_capacity() == store.MIN_CAPACITY
+    monkeypatch.setattr(dirs, "_usable_memory", lambda: 10 * GiB)
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: 20 * GiB)
+    assert dirs.default_store_capacity() == 3 * GiB  # 30% of memory
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: 2 * GiB)
+    assert dirs.default_store_capacity() == int(2 * GiB * 0.9)  # fits in /dev/shm
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: 64 * 1000 * 1000)  # Docker's 64 MB
+    assert dirs.default_store_capacity() == 3 * GiB  # too small to use: file-backed, full size
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: None)
+    assert dirs.default_store_capacity() == 3 * GiB
+    monkeypatch.setattr(dirs, "_usable_memory", lambda: 100 * MiB)
+    assert dirs.default_store_capacity() == dirs.MIN_CAPACITY
 
 
 def test_usable_memory_respects_the_cgroup_limit(monkeypatch) -> None:
-    monkeypatch.setattr(store, "_cgroup_memory_limit", lambda: 512 * MiB)
-    assert store._usable_memory() == 512 * MiB
-    monkeypatch.setattr(store, "_cgroup_memory_limit", lambda: None)
-    assert store._usable_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(dirs, "_cgroup_memory_limit", lambda: 512 * MiB)
+    assert dirs._usable_memory() == 512 * MiB
+    monkeypatch.setattr(dirs, "_cgroup_memory_limit", lambda: None)
+    assert dirs._usable_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
@@ -423,12 +423,12 @@ def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
     (root / "user.slice" / "me").mkdir(parents=True)
     (root / "memory").mkdir()
     proc.write_text("0::/user.slice/me\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) is None  # no files at all
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) is None  # no files at all
     (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) is None  # v1 "unlimited"
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) is None  # v1 "unlimited"
     (root / "memory" / "memory.limit_in_bytes").write_text("1073741824\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) == 1 << 30
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) == 1 << 30
     (root / "memory.max").write_text("max\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) is None
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) is None
     (root / "user.slice" / "me" / "memory.max").write_text("536870912\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) == 512 * MiB
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) == 512 * MiB

@@ -19,7 +19,7 @@ from nbcluster._runtime import proc
 from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
-from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 from nbcluster.config import Config
@@ -70,9 +70,9 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     capacity = (
         args.object_store_memory
         or config.object_store_memory
-        or objstore.default_store_capacity(config.store_base_dir)
+        or storedirs.default_store_capacity(config.store_base_dir)
     )
-    store_dir, file_backed = objstore.prepare_store_dir(
+    store_dir, file_backed = storedirs.prepare_store_dir(
         session_dir.name,
         node_id.hex(),
         capacity,
@@ -158,7 +158,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     await service.workers.stop_all()
     await link.unregister()
     await server.stop(grace=0.2)
-    objstore.remove_store_dir(store_dir)
+    storedirs.remove_store_dir(store_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)
     node_file.unlink(missing_ok=True)
     log.info("node stopped")
