@@ -282,6 +282,32 @@ def test_numpy_from_the_store_is_read_only_and_zero_copy(shared_cluster):
     assert writeable is False
 
 
+@nbcluster.remote
+def where_is_my_argument(arr):
+    """(pid, the file mapped at the array's address, its start address, writeable)."""
+    address = arr.__array_interface__["data"][0]
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                path = fields[5].strip() if len(fields) > 5 else ""
+                return os.getpid(), path, start, arr.flags.writeable
+    return os.getpid(), "", 0, arr.flags.writeable
+
+
+def test_tasks_map_a_large_put_argument_without_copying_it(shared_cluster):
+    src = np.ones(8 * MiB // 8)
+    ref = nbcluster.put(src)
+    oid_hex = ref.hex()
+    results = nbcluster.get([where_is_my_argument.remote(ref) for _ in range(8)])
+    for _pid, path, _start, writeable in results:
+        # The array lives in the store's file itself: a shared mapping, no private copy.
+        assert os.path.basename(path.split(" (deleted)")[0]) == oid_hex, path
+        assert writeable is False
+    assert len({pid for pid, *_ in results}) <= 2  # the cluster's two workers
+
+
 def test_value_survives_after_the_task_that_made_it_finished(node):
     ref = ones.remote(10**6)
     first = nbcluster.get(ref)

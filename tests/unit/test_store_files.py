@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import fcntl
+import gc
 import mmap
 import os
 import shutil
@@ -225,14 +227,49 @@ def test_allocate_pool_files(shm_dir: str, monkeypatch) -> None:
     assert len(pool(shm_dir)) == 2
 
 
-def test_a_mapped_file_is_never_recycled(shm_dir: str) -> None:
+def test_a_mapped_file_waits_until_its_readers_are_gone(shm_dir: str) -> None:
     a = np.ones(2 * MiB // 8)
     store.write_object(shm_dir, oid(1), serialize(a))
     held = deserialize(store.read_object(shm_dir, oid(1)))  # fd closed, mapping alive
-    assert store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB) > 0
-    assert pool(shm_dir) == []  # unlinked instead
-    store.write_object(shm_dir, oid(2), serialize(np.zeros(2 * MiB // 8)))
+    size = store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)
+    assert size > 0
+    assert listing(shm_dir) == [store.FREE_DIR]  # nobody can open it by its name
+    assert [n.split("-")[:2] for n in pool(shm_dir)] == [[".busy", str(size)]]  # hidden
+    assert store.pool_file_sizes(shm_dir) == []
+    assert store.free_pool_bytes(shm_dir) == size  # counts against the pool's limit
+    assert store.promote_waiting(shm_dir) == 0  # still mapped
+    store.write_object(shm_dir, oid(2), serialize(np.zeros(2 * MiB // 8)))  # a new file
     assert held.sum() == a.sum()  # the reader's view did not change
+    del held
+    gc.collect()
+    assert store.promote_waiting(shm_dir) == size
+    assert store.pool_file_sizes(shm_dir) == [size]
+    store.write_object(shm_dir, oid(3), serialize(np.full(2 * MiB // 8, 3.0)))
+    assert pool(shm_dir) == []  # reused
+    assert deserialize(store.read_object(shm_dir, oid(3)))[0] == 3.0
+
+
+def test_waiting_files_are_trimmed_first(shm_dir: str) -> None:
+    for n in (1, 2):
+        store.write_object(shm_dir, oid(n), serialize(np.ones(2 * MiB // 8)))
+    held = store.read_object(shm_dir, oid(1))
+    store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)  # waits
+    size = store.delete_object(shm_dir, oid(2), recycle_limit=64 * MiB)  # pooled
+    assert store.trim_free_pool(shm_dir, keep_bytes=size) == size
+    assert store.pool_file_sizes(shm_dir) == [size]  # the usable one stays
+    assert held.nbytes == size
+
+
+def test_without_leases_a_mapped_file_is_unlinked(shm_dir: str, monkeypatch) -> None:
+    def no_lease(fd, cmd, arg=0):
+        if cmd == fcntl.F_SETLEASE:
+            raise OSError(errno.EINVAL, "no leases here")
+        return 0
+
+    monkeypatch.setattr(fcntl, "fcntl", no_lease)
+    store.write_object(shm_dir, oid(1), serialize(np.ones(2 * MiB // 8)))
+    assert store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB) > 0
+    assert pool(shm_dir) == []
 
 
 def test_a_file_mapped_by_another_process_is_never_recycled(shm_dir: str) -> None:
@@ -254,7 +291,8 @@ def test_a_file_mapped_by_another_process_is_never_recycled(shm_dir: str) -> Non
     try:
         assert child.stdout.readline().strip() == "mapped"
         store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)
-        assert pool(shm_dir) == []
+        assert store.pool_file_sizes(shm_dir) == []  # it waits, hidden
+        assert store.promote_waiting(shm_dir) == 0
     finally:
         child.stdin.close()
         child.wait(timeout=30)
@@ -432,3 +470,27 @@ def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
     assert dirs._cgroup_memory_limit(str(proc), str(root)) is None
     (root / "user.slice" / "me" / "memory.max").write_text("536870912\n")
     assert dirs._cgroup_memory_limit(str(proc), str(root)) == 512 * MiB
+
+
+# -- mappings a worker keeps between tasks -------------------------------------------------------
+
+
+def test_mapped_objects_keeps_recent_mappings_within_limits() -> None:
+    kept = store.MappedObjects(max_bytes=10, max_count=3)
+    views = {n: memoryview(bytearray(4)) for n in range(5)}
+    assert kept.get(b"a") is None and kept.hits == 0
+    kept.keep(b"a", views[0])
+    kept.keep(b"b", views[1])
+    assert kept.get(b"a") is views[0] and kept.hits == 1  # a is now the most recent
+    kept.keep(b"c", views[2])  # 12 bytes > 10: the least recently used (b) goes
+    assert kept.get(b"b") is None and len(kept) == 2
+    kept.keep(b"big", memoryview(bytearray(11)))  # larger than the whole budget: not kept
+    assert kept.get(b"big") is None
+    kept.keep(b"a", views[3])  # replacing an entry does not count it twice
+    assert kept.get(b"a") is views[3] and len(kept) == 2
+    kept.clear()
+    assert len(kept) == 0 and kept.get(b"a") is None
+    counted = store.MappedObjects(max_bytes=100, max_count=2)
+    for name in (b"x", b"y", b"z"):
+        counted.keep(name, views[4])
+    assert counted.get(b"x") is None and len(counted) == 2

@@ -324,6 +324,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}"
             )
         self._make_room(decision.spill, decision.evict)
+        if request.size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
+            objstore.promote_waiting(self.store_dir)  # so the writer finds them in the pool
         return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
 
     def _make_room(self, spill: tuple[bytes, ...], evict: tuple[bytes, ...]) -> None:
@@ -366,6 +368,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
             log.exception("allocating reusable store files failed")
 
     def _pool_plan(self) -> tuple[list[int], list[int]]:
+        objstore.promote_waiting(self.store_dir)  # freed files whose readers are gone
         stats = self.store.stats()
         promised = max(0, stats.capacity - stats.used)
         spare = objstore.spare_bytes(self.store_dir) - promised

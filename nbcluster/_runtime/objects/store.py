@@ -56,6 +56,7 @@ retries once when the disk is full.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import errno
@@ -65,6 +66,7 @@ import itertools
 import mmap
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -76,6 +78,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FREE_DIR",
+    "MAPPED_LINGER_S",
+    "MappedObjects",
     "RECYCLE_MIN_SIZE",
     "allocate_pool_files",
     "delete_object",
@@ -83,6 +87,7 @@ __all__ = [
     "free_pool_bytes",
     "object_path",
     "pool_file_sizes",
+    "promote_waiting",
     "read_object",
     "restore_object",
     "spare_bytes",
@@ -93,6 +98,8 @@ __all__ = [
 
 #: Smallest recycled file written through a mapping instead of ``pwritev``.
 MAPPED_WRITE_MIN = 1 << 20
+#: How long a worker keeps mapped arguments after its queue runs empty (see MappedObjects).
+MAPPED_LINGER_S = 0.02
 #: Smallest object file worth keeping for reuse.
 RECYCLE_MIN_SIZE = 1 << 20
 #: Subdirectory of a store directory holding freed files kept for reuse.
@@ -100,6 +107,7 @@ FREE_DIR = ".free"
 
 _TMP_PREFIX = ".tmp-"
 _CHECK_PREFIX = ".check-"
+_BUSY_PREFIX = ".busy-"
 _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if os.sysconf("SC_IOV_MAX") > 0 else 16
@@ -177,6 +185,60 @@ def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
     finally:
         os.close(fd)
     return memoryview(mapping)
+
+
+class MappedObjects:
+    """Mappings of stored objects a worker keeps between the tasks queued on it.
+
+    Every task that takes a large stored argument would otherwise map it anew and fault
+    in each of its pages again (about 3 ms per 100 MiB); queued tasks often share an
+    argument (``put`` once, many tasks). Objects are immutable and a mapping stays valid
+    after the object is freed, so a kept mapping is always right; what it costs is
+    memory: a freed object's pages live (and its file cannot be recycled) until its
+    mappings are gone. So the worker calls :meth:`clear` when its queue has been empty for
+    ``MAPPED_LINGER_S`` (one timed wait, not a poll), and at most ``max_bytes`` stay
+    mapped (least recently used first out).
+    """
+
+    def __init__(self, max_bytes: int = 2 << 30, max_count: int = 16) -> None:
+        self.max_bytes = max_bytes
+        self.max_count = max_count
+        self._views: collections.OrderedDict[bytes, memoryview] = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0  #: lookups that found a kept mapping
+
+    def get(self, object_id: bytes) -> memoryview | None:
+        """The kept mapping of ``object_id``, if any."""
+        with self._lock:
+            view = self._views.get(object_id)
+            if view is not None:
+                self._views.move_to_end(object_id)
+                self.hits += 1
+            return view
+
+    def keep(self, object_id: bytes, view: memoryview) -> None:
+        """Keep ``view`` (a mapping from :func:`read_object`) for the next tasks."""
+        if view.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            old = self._views.pop(object_id, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._views[object_id] = view
+            self._bytes += view.nbytes
+            while self._bytes > self.max_bytes or len(self._views) > self.max_count:
+                _, dropped = self._views.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        """Forget every kept mapping (those no value still uses are unmapped)."""
+        with self._lock:
+            self._views.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._views)
 
 
 def delete_object(store_dir: str, object_id: bytes, *, recycle_limit: int = 0) -> int:
@@ -277,13 +339,17 @@ def restore_object(spill_dir: str, store_dir: str, object_id: bytes) -> int:
 
 
 def free_pool_bytes(store_dir: str) -> int:
-    """Bytes held by freed files kept for reuse in ``store_dir``."""
-    return sum(size for size, _ in _pool_files(store_dir))
+    """Bytes held by freed files kept for reuse in ``store_dir`` (waiting ones included)."""
+    return sum(size for size, _ in _pool_files(store_dir) + _pool_files(store_dir, _BUSY_PREFIX))
 
 
 def trim_free_pool(store_dir: str, keep_bytes: int = 0) -> int:
-    """Delete pooled files (largest first) until at most ``keep_bytes`` remain; return freed."""
-    files = sorted(_pool_files(store_dir), reverse=True)
+    """Delete pooled files until at most ``keep_bytes`` remain; return the bytes freed.
+
+    Files still waiting for their readers go first, then the largest.
+    """
+    busy = sorted(_pool_files(store_dir, _BUSY_PREFIX), reverse=True)
+    files = busy + sorted(_pool_files(store_dir), reverse=True)
     total = sum(size for size, _ in files)
     freed = 0
     for size, path in files:
@@ -299,7 +365,30 @@ def trim_free_pool(store_dir: str, keep_bytes: int = 0) -> int:
     return freed
 
 
-def _pool_files(store_dir: str) -> list[tuple[int, str]]:
+def promote_waiting(store_dir: str) -> int:
+    """Move freed files whose readers are all gone into the pool; return their bytes.
+
+    A freed file that was still mapped waits under a hidden name (nobody can open it
+    any more) until its last mapping goes; call this before relying on the pool.
+    """
+    promoted = 0
+    for size, path in _pool_files(store_dir, _BUSY_PREFIX):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            if _lease_state(fd) == "free":
+                unique = os.path.basename(path).split("-", 2)[2]
+                os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
+                promoted += size
+        finally:
+            os.close(fd)
+    return promoted
+
+
+def _pool_files(store_dir: str, prefix: str = "") -> list[tuple[int, str]]:
+    """(size, path) of the pool's files: ready ones, or those named ``prefix<size>-...``."""
     free_dir = os.path.join(store_dir, FREE_DIR)
     try:
         names = os.listdir(free_dir)
@@ -307,11 +396,18 @@ def _pool_files(store_dir: str) -> list[tuple[int, str]]:
         return []
     out = []
     for name in names:
-        if name.startswith("."):
+        if prefix:
+            if not name.startswith(prefix):
+                continue
+            name = name[len(prefix) :]
+            full = prefix + name
+        elif name.startswith("."):
             continue
+        else:
+            full = name
         size, _, _ = name.partition("-")
         if size.isdigit():
-            out.append((int(size), os.path.join(free_dir, name)))
+            out.append((int(size), os.path.join(free_dir, full)))
     return out
 
 
@@ -333,23 +429,27 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
             os.rename(path, checking)  # from here on nobody can open it by its object name
         except FileNotFoundError:
             return 0
-        if _nobody_else_has_it_open(fd):
+        state = _lease_state(fd)
+        if state == "free":
             os.rename(checking, os.path.join(free_dir, f"{size}-{unique}"))
+        elif state == "busy":  # still mapped: wait (hidden) until promote_waiting sees it free
+            os.rename(checking, os.path.join(free_dir, f"{_BUSY_PREFIX}{size}-{unique}"))
         else:
-            os.unlink(checking)  # still mapped or open somewhere: never overwrite it
+            os.unlink(checking)
         return size
     finally:
         os.close(fd)
 
 
-def _nobody_else_has_it_open(fd: int) -> bool:
-    """True if no other open file description (or mapping) of ``fd``'s file exists."""
+def _lease_state(fd: int) -> str:
+    """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
+    ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
     try:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-    except OSError:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: leases unavailable
-        return False
+    except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
+        return "busy" if err.errno in (errno.EAGAIN, errno.EBUSY) else "unknown"
     fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-    return True
+    return "free"
 
 
 def _claim_recycled(store_dir: str, size: int, tmp: str) -> int:

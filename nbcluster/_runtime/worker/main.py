@@ -26,6 +26,7 @@ from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
+from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize, serialize
@@ -153,6 +154,7 @@ class Executor:
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
         self.output = OutputCapture()
+        self.mapped = MappedObjects()  # large arguments, kept while more tasks are queued
         self.actor: Any = None
         self.actor_id = b""
         self.actor_runner: Any = None  # set for threaded or async actors
@@ -217,7 +219,11 @@ class Executor:
     def run_forever(self) -> None:
         while True:
             try:
-                item = self.queue.get()
+                try:  # mapped arguments are kept for tasks that follow within a moment
+                    item = self.queue.get(timeout=MAPPED_LINGER_S if len(self.mapped) else None)
+                except queue.Empty:
+                    self.mapped.clear()  # idle: hold no freed object's memory
+                    continue
                 if item is None:
                     return
                 if item[0] == "create":
@@ -286,7 +292,10 @@ class Executor:
         client = self.client
         for loc in spec.resolved_args:
             if loc.in_store:
-                entry_buf = client.map_from_store_location(loc)
+                entry_buf = self.mapped.get(loc.object_id)
+                if entry_buf is None:
+                    entry_buf = client.map_from_store_location(loc)
+                    self.mapped.keep(loc.object_id, entry_buf)
                 values.append(deserialize(entry_buf))
             else:
                 values.append(deserialize(loc.data))
