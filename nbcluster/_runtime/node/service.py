@@ -7,10 +7,12 @@ and ends worker processes, and keeps the head informed through heartbeats.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -181,6 +183,10 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
         self.pool = WarmPool(self.recycle_limit)
         self._pool_task: asyncio.Task[None] | None = None
+        # One low-priority thread: filling the pool must not slow the writes it serves.
+        self._pool_executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="nbc-pool", initializer=_lower_thread_priority
+        )
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -360,8 +366,12 @@ class NodeService(pb_grpc.NodeManagerServicer):
             sizes, drop = (self.pool.initial(), []) if initial else self._pool_plan()
             if drop:
                 objstore.drop_pool_files(self.store_dir, drop)
+            loop = asyncio.get_running_loop()
             while sizes:
-                if not await asyncio.to_thread(objstore.allocate_pool_files, self.store_dir, sizes):
+                made = await loop.run_in_executor(
+                    self._pool_executor, objstore.allocate_pool_files, self.store_dir, sizes
+                )
+                if not made:
                     return  # the disk is full: try again after the next write
                 sizes, _ = self._pool_plan()
         except OSError:
@@ -580,6 +590,12 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return pb.Empty()
+
+
+def _lower_thread_priority() -> None:
+    """Run the calling thread at the lowest CPU priority (Linux: niceness is per thread)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 class _NoContext:
