@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.node.objects import NodeObjects, TransferService
 from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
 from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.objects.state import StoreState
+from nbcluster._runtime.protocol.protos import transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 from nbcluster.config import Config
 
@@ -89,12 +91,20 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         config.worker_prestart if config.worker_prestart is not None else int(resources["CPU"])
     )
     state = NodeState(node_id, address, resources, prestart=prestart)
-    service = NodeService(
-        state,
+    channels = Channels(token, config.rpc_max_message_bytes)
+    objects = NodeObjects(
         StoreState(capacity, spilling_enabled=config.spilling_enabled),
         store_dir=store_dir,
         spill_dir=spill_dir,
         file_backed=file_backed,
+        token=token,
+        channels=channels,
+        host=args.host,
+    )
+    service = NodeService(
+        state,
+        objects,
+        channels=channels,
         head_address=head_address,
         session_dir=str(session_dir),
         on_shutdown=stop.set,
@@ -106,9 +116,10 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         on_exit=service.worker_exited,
     )
     pb_grpc.add_NodeManagerServicer_to_server(service, server)
+    transfer_pb2_grpc.add_ObjectTransferServicer_to_server(TransferService(objects), server)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
-    service.refill_pool(initial=True)  # a few reusable files, allocated in the background
+    objects.refill_pool(initial=True)  # a few reusable files, allocated in the background
 
     info = pb.NodeInfo(
         node_id=node_id,
@@ -124,7 +135,6 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     )
     link = HeadLink(service, token, info, config.heartbeat_interval_s)
     service.head_stub = link.stub
-    service.channels = Channels(token, config.rpc_max_message_bytes)
     await link.register()
     nodes_dir = session_dir / "nodes"
     nodes_dir.mkdir(exist_ok=True)
@@ -158,6 +168,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     await service.workers.stop_all()
     await link.unregister()
     await server.stop(grace=0.2)
+    await objects.close()
     storedirs.remove_store_dir(store_dir)
     shutil.rmtree(spill_dir, ignore_errors=True)
     node_file.unlink(missing_ok=True)

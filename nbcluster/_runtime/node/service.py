@@ -7,18 +7,17 @@ and ends worker processes, and keeps the head informed through heartbeats.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 
+from nbcluster._runtime.node.objects import NodeObjects
 from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
@@ -28,16 +27,11 @@ from nbcluster._runtime.node.state import (
     StartWorker,
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
-from nbcluster._runtime.objects import store as objstore
-from nbcluster._runtime.objects.pool import WarmPool
-from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.scheduling.policy import NodeView
 
 log = logging.getLogger(__name__)
-
-FETCH_STREAMS = 2
 
 _STATUS = {
     "SPILLBACK": pb.LeaseReply.SPILLBACK,
@@ -154,39 +148,24 @@ class NodeService(pb_grpc.NodeManagerServicer):
     def __init__(
         self,
         state: NodeState,
-        store_state: StoreState,
+        objects: NodeObjects,
         *,
-        store_dir: str,
-        spill_dir: str,
-        file_backed: bool,
+        channels: Channels,
         head_address: str,
         session_dir: str,
         on_shutdown: Callable[[], None],
     ) -> None:
         self.state = state
-        self.store = store_state
-        self.store_dir = store_dir
-        self.spill_dir = spill_dir
-        self.file_backed = file_backed
+        self.objects = objects
+        self.channels = channels
         self.head_address = head_address
         self.session_dir = session_dir
         self.on_shutdown = on_shutdown
         self.waiters: dict[bytes, asyncio.Future[pb.LeaseReply]] = {}
         self.workers: WorkerProcesses | None = None
-        self.restored_bytes = 0
         self.head_stub: AuthedStub | None = None
-        self.channels: Channels | None = None
-        self.fetches: dict[bytes, asyncio.Task[pb.ObjectInfoReply]] = {}
         self.oom_killed: set[bytes] = set()
         self.granted: dict[bytes, pb.LeaseReply] = {}
-        self.fetched_bytes = 0
-        self.recycle_limit = min(store_state.capacity // 4, 2**30)
-        self.pool = WarmPool(self.recycle_limit)
-        self._pool_task: asyncio.Task[None] | None = None
-        # One low-priority thread: filling the pool must not slow the writes it serves.
-        self._pool_executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="nbc-pool", initializer=_lower_thread_priority
-        )
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -312,7 +291,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         return pb.WorkerRegisterReply(
             node_id=self.state.node_id,
             head_address=self.head_address,
-            store_dir=self.store_dir,
+            store_dir=self.objects.store_dir,
             session_dir=self.session_dir,
         )
 
@@ -320,196 +299,30 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.apply(self.state.set_blocked(request.worker_id, request.blocked))
         return pb.Empty()
 
-    # -- objects -----------------------------------------------------------------------------
+    # -- objects (node.objects) ----------------------------------------------------------------
     async def CreateObject(
         self, request: pb.CreateObjectRequest, context: grpc.aio.ServicerContext
     ):
-        decision = self.store.create(request.object_id, request.size, request.owner_address)
-        if not decision.ok:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}"
-            )
-        self._make_room(decision.spill, decision.evict)
-        if request.size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
-            objstore.promote_waiting(self.store_dir)  # so the writer finds them in the pool
-        return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
-
-    def _make_room(self, spill: tuple[bytes, ...], evict: tuple[bytes, ...]) -> None:
-        for oid in evict:
-            objstore.delete_object(self.store_dir, oid)
-        for oid in spill:
-            try:
-                objstore.spill_object(self.store_dir, self.spill_dir, oid)
-            except OSError:
-                log.exception("spilling %s failed", oid.hex())
-                self.store.cancel_spill(oid)
-                continue
-            if not self.store.mark_spilled(oid):  # freed meanwhile
-                objstore.delete_object(self.spill_dir, oid)
+        return await self.objects.create(request, context)
 
     async def SealObject(self, request: pb.SealObjectRequest, context: grpc.aio.ServicerContext):
-        if not self.store.seal(request.object_id):  # freed while it was being written
-            objstore.delete_object(self.store_dir, request.object_id)
-        self.pool.wrote(request.size)
-        self.refill_pool()
-        return pb.Empty()
-
-    # -- the pool of pre-allocated files (objects.pool) ----------------------------------------
-    def refill_pool(self, initial: bool = False) -> None:
-        """Allocate pool files in the background for the next large writes (one at a time)."""
-        if self.file_backed or (self._pool_task is not None and not self._pool_task.done()):
-            return
-        self._pool_task = asyncio.get_running_loop().create_task(self._refill_pool(initial))
-
-    async def _refill_pool(self, initial: bool) -> None:
-        try:
-            sizes, drop = (self.pool.initial(), []) if initial else self._pool_plan()
-            if drop:
-                objstore.drop_pool_files(self.store_dir, drop)
-            loop = asyncio.get_running_loop()
-            while sizes:
-                made = await loop.run_in_executor(
-                    self._pool_executor, objstore.allocate_pool_files, self.store_dir, sizes
-                )
-                if not made:
-                    return  # the disk is full: try again after the next write
-                sizes, _ = self._pool_plan()
-        except OSError:
-            log.exception("allocating reusable store files failed")
-
-    def _pool_plan(self) -> tuple[list[int], list[int]]:
-        objstore.promote_waiting(self.store_dir)  # freed files whose readers are gone
-        stats = self.store.stats()
-        promised = max(0, stats.capacity - stats.used)
-        spare = objstore.spare_bytes(self.store_dir) - promised
-        return self.pool.plan(objstore.pool_file_sizes(self.store_dir), spare)
+        return await self.objects.seal(request, context)
 
     async def FreeObjects(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
-        for oid, where in self.store.free(list(request.object_ids)):
-            if where == "spilled":
-                objstore.delete_object(self.spill_dir, oid)
-            else:
-                # Keep freed files for reuse: writing into allocated tmpfs pages is ~2x faster.
-                objstore.delete_object(self.store_dir, oid, recycle_limit=self.recycle_limit)
-        return pb.Empty()
+        return await self.objects.free(request, context)
 
     async def GetObjectInfo(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
-        if not request.object_ids:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "object_ids is empty")
-        oid = request.object_ids[0]
-        deadline = time.monotonic() + 60
-        while True:
-            access = self.store.access(oid)
-            if access is None:
-                return pb.ObjectInfoReply(found=False)
-            if access.status != "pending" or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.01)
-        if access.status == "full":
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {access.message}"
-            )
-        if access.restore:
-            self._make_room(access.spill, access.evict)
-            try:
-                self.restored_bytes += objstore.restore_object(self.spill_dir, self.store_dir, oid)
-            except OSError:
-                self.store.cancel_restore(oid)
-                raise
-            if not self.store.mark_restored(oid):
-                objstore.delete_object(self.store_dir, oid)
-                return pb.ObjectInfoReply(found=False)
-        return pb.ObjectInfoReply(
-            found=True, path=objstore.object_path(self.store_dir, oid), size=access.size
-        )
+        return await self.objects.info(request, context)
 
     async def ReadObject(self, request: pb.ReadObjectRequest, context: grpc.aio.ServicerContext):
-        """Stream our copy of an object in chunks (restoring it from spill first)."""
-        info = await self.GetObjectInfo(pb.ObjectIds(object_ids=[request.object_id]), context)
-        if not info.found:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "object not in this node's store")
-        chunk = min(max(request.chunk_bytes or 4 * 2**20, 64 * 1024), 64 * 2**20)
-        fd = os.open(info.path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            offset = request.offset
-            end = min(size, offset + request.length) if request.length else size
-            while offset < end:
-                data = await asyncio.to_thread(os.pread, fd, min(chunk, end - offset), offset)
-                if not data:
-                    break
-                yield pb.ObjectChunk(offset=offset, total_size=size, data=data)
-                offset += len(data)
-        finally:
-            os.close(fd)
+        async for chunk in self.objects.read(request, context):
+            yield chunk
 
     async def FetchObject(self, request: pb.FetchObjectRequest, context: grpc.aio.ServicerContext):
-        """Pull an object from another node into this node's store (once, even if asked twice)."""
-        oid = request.object_id
-        pending = self.fetches.get(oid)
-        if pending is None:
-            pending = asyncio.get_running_loop().create_task(self._fetch(request))
-            self.fetches[oid] = pending
-            pending.add_done_callback(lambda _: self.fetches.pop(oid, None))
-        try:
-            return await asyncio.shield(pending)
-        except RpcError as err:
-            await context.abort(
-                err.code(), f"fetching from {request.from_address}: {err.details()}"
-            )
-        except OSError as err:
-            await context.abort(grpc.StatusCode.INTERNAL, f"fetching the object failed: {err}")
-
-    async def _fetch(self, request: pb.FetchObjectRequest) -> pb.ObjectInfoReply:
-        oid = request.object_id
-        access = self.store.access(oid)
-        if access is not None and access.status in ("ok", "restore"):
-            return await self.GetObjectInfo(pb.ObjectIds(object_ids=[oid]), _NoContext())
-        decision = self.store.create(oid, request.size, request.owner_address, primary=False)
-        if not decision.ok:
-            raise OSError(f"ObjectStoreFull: {decision.message}")
-        self._make_room(decision.spill, decision.evict)
-        assert self.channels is not None
-        remote = self.channels.stub(request.from_address, "node")
-        size = request.size
-        # Several ranges in parallel: one gRPC stream tops out well below memory bandwidth.
-        parts = max(1, min(FETCH_STREAMS, size // (8 * 2**20)))
-        step = -(-size // parts)
-
-        async def pull(w: objstore.RawWriter, start: int) -> None:
-            req = pb.ReadObjectRequest(object_id=oid, offset=start, length=min(step, size - start))
-            async for chunk in remote.ReadObject(req, timeout=600):
-                await asyncio.to_thread(w.write, chunk.offset, chunk.data)
-
-        try:
-            with objstore.RawWriter(self.store_dir, oid, size) as w:
-                await asyncio.gather(*(pull(w, i * step) for i in range(parts) if i * step < size))
-        except BaseException:
-            self.store.free([oid])
-            raise
-        self.store.seal(oid)
-        self.fetched_bytes += request.size
-        self.pool.wrote(size)
-        self.refill_pool()
-        return pb.ObjectInfoReply(
-            found=True, path=objstore.object_path(self.store_dir, oid), size=request.size
-        )
+        return await self.objects.fetch(request, context)
 
     async def GetStoreStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
-        return self.store_stats()
-
-    def store_stats(self) -> pb.StoreStatsReply:
-        s = self.store.stats()
-        return pb.StoreStatsReply(
-            capacity=s.capacity,
-            used=s.used,
-            num_objects=s.num_objects,
-            spilled_bytes=s.spilled_bytes,
-            num_spilled=s.num_spilled,
-            restored_bytes=s.restored_bytes,
-            evicted_bytes=s.evicted_bytes,
-            file_backed=self.file_backed,
-        )
+        return self.objects.stats()
 
     # -- workers -----------------------------------------------------------------------------
     async def GetWorkerExitInfo(self, request: pb.WorkerRef, context: grpc.aio.ServicerContext):
@@ -544,7 +357,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
             idle_workers=len(st.idle),
             leased_workers=len(st.leases),
             pending_leases=len(st.pending),
-            store=self.store_stats(),
+            store=self.objects.stats(),
         )
 
     async def PrepareBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
@@ -583,26 +396,12 @@ class NodeService(pb_grpc.NodeManagerServicer):
             {k: v for k, v in old.total.items() if "_group_" not in k},
             prestart=old.prestart,
         )
-        for oid, where in self.store.free(list(self.store._entries)):  # noqa: SLF001
-            objstore.delete_object(self.spill_dir if where == "spilled" else self.store_dir, oid)
+        self.objects.free_all()
         self.apply(self.state.start())
 
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return pb.Empty()
-
-
-def _lower_thread_priority() -> None:
-    """Run the calling thread at the lowest CPU priority (Linux: niceness is per thread)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
-class _NoContext:
-    """Stands in for a servicer context when a handler is reused internally."""
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise OSError(f"{code.name}: {details}")
 
 
 def memory_fraction() -> float:
@@ -695,7 +494,7 @@ class HeadLink:
         st = self.service.state
         while True:
             await asyncio.sleep(self.interval)
-            stats = self.service.store.stats()
+            stats = self.service.objects.store.stats()
             try:
                 reply = await self.stub.Heartbeat(
                     pb.HeartbeatRequest(

@@ -117,6 +117,7 @@ _ZERO_CHUNK = 1 << 20
 _LEASES = hasattr(fcntl, "F_SETLEASE")
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
 _NUMPY_COPY_MIN = 256 << 10
 _PARALLEL_COPY_MIN = 16 << 20
 #: Threads that copy one large piece of a put (1 turns the parallel copy off).
@@ -624,15 +625,18 @@ def _unlink_quiet(path: str) -> None:
 class RawWriter:
     """Write an object's encoded bytes piece by piece (a copy pulled from another node).
 
-    ``with RawWriter(store_dir, oid, size) as w: w.write(offset, data)``; on a clean exit
-    the object is sealed (published atomically), on an error the partial file is removed.
+    ``with RawWriter(store_dir, oid, size) as w: w.write(offset, data)``, or receive into
+    ``w.mapped()``; on a clean exit the object is sealed (published atomically), on an
+    error the partial file is removed.
     """
 
     def __init__(self, store_dir: str, object_id: bytes, size: int) -> None:
+        self.store_dir = store_dir
         self.final = object_path(store_dir, object_id)
         self.tmp = _temp_path(store_dir, object_id)
-        self.fd, _ = _open_new(store_dir, self.tmp, size)
+        self.fd, self.allocated = _open_new(store_dir, self.tmp, size)
         self.size = size
+        self._mapping: mmap.mmap | None = None
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         """Write ``data`` at ``offset``."""
@@ -644,10 +648,43 @@ class RawWriter:
             view = view[n:]
             offset += n
 
+    def mapped(self) -> memoryview:
+        """A writable view of the whole file, to receive into (release it before exit).
+
+        The pages are reserved first (``posix_fallocate``, so a full disk raises
+        ``ENOSPC`` here and never ``SIGBUS`` later); a recycled file's pages are mapped at
+        once, and :meth:`prefault` faults in a fresh file's pages range by range.
+        """
+        if self._mapping is None:
+            if not self.allocated and self.size:
+                try:
+                    os.posix_fallocate(self.fd, 0, self.size)
+                except OSError as err:
+                    if err.errno != errno.ENOSPC or trim_free_pool(self.store_dir) == 0:
+                        raise
+                    os.posix_fallocate(self.fd, 0, self.size)
+            flags = mmap.MAP_SHARED | (_MAP_POPULATE if self.allocated else 0)
+            self._mapping = mmap.mmap(
+                self.fd, self.size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE
+            )
+        return memoryview(self._mapping)
+
+    def prefault(self, offset: int, length: int) -> None:
+        """Fault in ``[offset, offset + length)`` of the mapping for writing, in one call."""
+        if self._mapping is None or self.allocated or length <= 0:
+            return
+        start = offset & ~(mmap.PAGESIZE - 1)
+        with contextlib.suppress(OSError, ValueError):  # kernels before 5.14: faults come later
+            self._mapping.madvise(_MADV_POPULATE_WRITE, start, offset + length - start)
+
     def __enter__(self) -> RawWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._mapping is not None:
+            with contextlib.suppress(BufferError):  # a live view keeps the mapping
+                self._mapping.close()
+            self._mapping = None
         os.close(self.fd)
         if exc_type is not None:
             _unlink_quiet(self.tmp)
