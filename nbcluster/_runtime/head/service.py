@@ -12,7 +12,7 @@ import logging
 import socket
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,9 @@ class HeadStore:
             (pg.pg_id, pg.SerializeToString()),
         )
 
+    def delete_pgs(self, pg_ids: Iterable[bytes]) -> None:
+        self.db.executemany("DELETE FROM placement_groups WHERE id = ?", [(i,) for i in pg_ids])
+
     def load_pgs(self) -> list[pb.PlacementGroupInfo]:
         return [
             pb.PlacementGroupInfo.FromString(b)
@@ -198,7 +201,9 @@ class HeadService(pb_grpc.HeadServicer):
         self.start_time = clock()
         self.channels = Channels(token, 512 * 2**20)
         self.actors = ActorManager(state, self.channels, clock, persist=store.put_actor)
-        self.placement = PlacementGroupManager(state, self.channels, persist=store.put_pg)
+        self.placement = PlacementGroupManager(
+            state, self.channels, persist=store.put_pg, forget=store.delete_pgs
+        )
         self.dead_nodes = store.load_dead_nodes()
 
     # -- nodes --------------------------------------------------------------------------
@@ -230,6 +235,7 @@ class HeadService(pb_grpc.HeadServicer):
             )
         )
         log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
+        self.placement.resources_changed()
         return pb.RegisterNodeReply(session_name=self.session_name)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext):
@@ -248,6 +254,7 @@ class HeadService(pb_grpc.HeadServicer):
             known = self.state.nodes.get(request.node_id)
             fenced = (known is not None and not known.alive) or request.node_id in self.dead_nodes
             return pb.HeartbeatReply(reregister=True, fenced=fenced)
+        self.placement.resources_changed()
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
@@ -263,6 +270,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.dead_nodes[node_id] = reason
         self.store.put_dead_node(node_id, reason)
         self.actors.node_died(node_id, reason)
+        self.placement.resources_changed()
 
     def recover(self) -> None:
         """After a restart: bring back actors and placement groups from SQLite."""

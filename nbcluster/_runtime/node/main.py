@@ -17,12 +17,18 @@ from pathlib import Path
 
 from nbcluster._runtime import proc
 from nbcluster._runtime.node.objects import NodeObjects, TransferService
-from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
+from nbcluster._runtime.node.service import (
+    BundlesService,
+    HeadLink,
+    NodeService,
+    WorkerProcesses,
+    memory_monitor,
+)
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
 from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.objects.state import StoreState
-from nbcluster._runtime.protocol.protos import transfer_pb2_grpc
+from nbcluster._runtime.protocol.protos import bundles_pb2_grpc, transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 from nbcluster.config import Config
 
@@ -117,6 +123,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     )
     pb_grpc.add_NodeManagerServicer_to_server(service, server)
     transfer_pb2_grpc.add_ObjectTransferServicer_to_server(TransferService(objects), server)
+    bundles_pb2_grpc.add_BundlesServicer_to_server(BundlesService(service), server)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
     objects.refill_pool(initial=True)  # a few reusable files, allocated in the background

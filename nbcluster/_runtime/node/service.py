@@ -28,6 +28,7 @@ from nbcluster._runtime.node.state import (
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
 from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.scheduling.policy import NodeView
 
@@ -402,6 +403,40 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
         asyncio.get_running_loop().call_soon(self.on_shutdown)
         return pb.Empty()
+
+
+class BundlesService(bundles_pb2_grpc.BundlesServicer):
+    """Placement-group bundles, a whole group's share of this node per call."""
+
+    def __init__(self, node: NodeService) -> None:
+        self.node = node
+
+    async def PrepareBundles(
+        self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
+    ) -> bundles_pb2.BundlesReply:
+        state = self.node.state
+        specs = [(b.index, dict(b.resources)) for b in request.bundles]
+        if not state.prepare_bundles(request.pg_id, specs):
+            return bundles_pb2.BundlesReply(
+                ok=False, message="resources are not free on this node now"
+            )
+        if request.commit:
+            self.node.apply(state.commit_bundles(request.pg_id, [i for i, _ in specs]))
+        return bundles_pb2.BundlesReply(ok=True)
+
+    async def CommitBundles(
+        self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
+    ) -> bundles_pb2.BundlesReply:
+        indexes = [b.index for b in request.bundles]
+        self.node.apply(self.node.state.commit_bundles(request.pg_id, indexes))
+        return bundles_pb2.BundlesReply(ok=True)
+
+    async def CancelBundles(
+        self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
+    ) -> bundles_pb2.BundlesReply:
+        indexes = [b.index for b in request.bundles]
+        self.node.apply(self.node.state.cancel_bundles(request.pg_id, indexes))
+        return bundles_pb2.BundlesReply(ok=True)
 
 
 def memory_fraction() -> float:
