@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -18,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from nbcluster._runtime import proc
 from nbcluster._runtime.head.actor_service import ActorManager
+from nbcluster._runtime.head.drivers import DriverWatch
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
@@ -204,6 +203,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.placement = PlacementGroupManager(
             state, self.channels, persist=store.put_pg, forget=store.delete_pgs
         )
+        self.drivers = DriverWatch(state, self.channels, self.finish_job)
         self.dead_nodes = store.load_dead_nodes()
 
     # -- nodes --------------------------------------------------------------------------
@@ -276,6 +276,9 @@ class HeadService(pb_grpc.HeadServicer):
         """After a restart: bring back actors and placement groups from SQLite."""
         self.actors.recover(self.store.load_actors())
         self.placement.recover(self.store.load_pgs())
+        for job in list(self.state.jobs.values()):
+            if job.alive:
+                self.drivers.job_registered(job)
 
     async def GetNodes(self, request: pb.GetNodesRequest, context: grpc.aio.ServicerContext):
         nodes = self.state.nodes.values() if request.include_dead else self.state.live_nodes()
@@ -324,6 +327,7 @@ class HeadService(pb_grpc.HeadServicer):
         job.alive = True
         self.state.register_job(job)
         self.store.put_job(job)
+        self.drivers.job_registered(job)
         return pb.RegisterJobReply(job_id=job.job_id)
 
     async def FinishJob(self, request: pb.JobRef, context: grpc.aio.ServicerContext):
@@ -332,36 +336,12 @@ class HeadService(pb_grpc.HeadServicer):
 
     def finish_job(self, job_id: bytes) -> None:
         """A driver detached or died: its non-detached actors end with it."""
+        self.drivers.job_finished(job_id)
         job = self.state.finish_job(job_id, self.clock())
         if job is not None:
             self.store.put_job(job)
             self.actors.job_finished(job_id)
             self.placement.job_finished(job_id)
-
-    async def watch_drivers(self, interval: float = 2.0, failures_allowed: int = 3) -> None:
-        """Finish the jobs of drivers that stopped answering (killed without FinishJob)."""
-        misses: dict[bytes, int] = {}
-        while True:
-            await asyncio.sleep(interval)
-            for job in [j for j in self.state.jobs.values() if j.alive]:
-                try:
-                    await self.channels.stub(job.driver_address, "core").Ping(
-                        pb.Empty(), timeout=interval
-                    )
-                    misses.pop(job.job_id, None)
-                except grpc.aio.AioRpcError as err:
-                    # Dead, not slow: a stopped or busy driver times out, a dead one refuses
-                    # the connection; on this host its PID must also be gone.
-                    refused = err.code() == grpc.StatusCode.UNAVAILABLE
-                    local = job.driver_hostname == socket.gethostname()
-                    if not refused or (local and proc.pid_alive(job.driver_pid)):
-                        misses.pop(job.job_id, None)
-                        continue
-                    misses[job.job_id] = misses.get(job.job_id, 0) + 1
-                    if misses[job.job_id] >= failures_allowed:
-                        log.info("driver of job %s is gone; finishing it", job.job_id.hex()[:8])
-                        misses.pop(job.job_id, None)
-                        self.finish_job(job.job_id)
 
     # -- actors -------------------------------------------------------------------------
     async def RegisterActor(

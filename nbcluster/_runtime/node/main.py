@@ -115,6 +115,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         session_dir=str(session_dir),
         on_shutdown=stop.set,
     )
+    objects.on_change = service.changed.set
     service.workers = WorkerProcesses(
         zygote=zygote,
         node_address=address,
@@ -140,7 +141,13 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         pid=os.getpid(),
         start_time=time.time(),
     )
-    link = HeadLink(service, token, info, config.heartbeat_interval_s)
+    link = HeadLink(
+        service,
+        token,
+        info,
+        config.heartbeat_interval_s,
+        keepalive=config.node_death_timeout_s / 4,
+    )
     service.head_stub = link.stub
     await link.register()
     nodes_dir = session_dir / "nodes"

@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -28,7 +29,7 @@ from nbcluster._runtime.objects.pool import WarmPool
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.protos import transfer_pb2, transfer_pb2_grpc
-from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb
+from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +76,15 @@ class NodeObjects:
             if data_plane
             else None
         )
-        self._peers: dict[str, tuple[Any, AuthedStub]] = {}  # gRPC address -> channel, stub
+        self._stubs: dict[str, AuthedStub] = {}  # gRPC address -> ObjectTransfer stub
         self._data_addresses: dict[str, str] = {}  # gRPC address -> data-plane address
+        #: Called when the store's usage changed (the node reports it to the head).
+        self.on_change: Callable[[], None] = lambda: None
 
     async def close(self) -> None:
         """Stop the data plane and the pool thread; close peer channels."""
         if self.data_server is not None:
             await asyncio.to_thread(self.data_server.close)
-        for channel, _ in self._peers.values():
-            with contextlib.suppress(Exception):
-                await channel.close(grace=0.1)
         self._pool_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- writes ------------------------------------------------------------------------------
@@ -95,6 +95,7 @@ class NodeObjects:
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}"
             )
         self.make_room(decision.spill, decision.evict)
+        self.on_change()
         if request.size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
             objstore.promote_waiting(self.store_dir)  # so the writer finds them in the pool
         return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
@@ -120,6 +121,7 @@ class NodeObjects:
         return pb.Empty()
 
     async def free(self, request: pb.ObjectIds, context: Any) -> pb.Empty:
+        self.on_change()
         for oid, where in self.store.free(list(request.object_ids)):
             if where == "spilled":
                 objstore.delete_object(self.spill_dir, oid)
@@ -270,6 +272,7 @@ class NodeObjects:
             self.store.free([oid])
             raise
         self.store.seal(oid)
+        self.on_change()
         self.fetched_bytes += size
         self.pool.wrote(size)
         self.refill_pool()
@@ -305,13 +308,12 @@ class NodeObjects:
         cached = self._data_addresses.get(grpc_address)
         if cached is not None:
             return cached
-        peer = self._peers.get(grpc_address)
-        if peer is None:
-            channel = make_channel(grpc_address, self.token)
-            peer = (channel, AuthedStub(transfer_pb2_grpc.ObjectTransferStub(channel), self.token))
-            self._peers[grpc_address] = peer
+        stub = self._stubs.get(grpc_address)
+        if stub is None:
+            raw = transfer_pb2_grpc.ObjectTransferStub(self.channels.channel(grpc_address))
+            stub = self._stubs[grpc_address] = AuthedStub(raw, self.token)
         try:
-            reply = await peer[1].GetDataAddress(transfer_pb2.DataAddressRequest(), timeout=10)
+            reply = await stub.GetDataAddress(transfer_pb2.DataAddressRequest(), timeout=10)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older node: gRPC chunks
                 self._data_addresses[grpc_address] = ""

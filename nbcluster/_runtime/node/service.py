@@ -22,6 +22,7 @@ from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
     KillWorker,
+    Lease,
     NodeState,
     Redirect,
     StartWorker,
@@ -167,12 +168,18 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.head_stub: AuthedStub | None = None
         self.oom_killed: set[bytes] = set()
         self.granted: dict[bytes, pb.LeaseReply] = {}
+        #: Set whenever the node's state may have changed (what the heartbeat waits for).
+        self.changed = asyncio.Event()
+        #: Set when a lease is granted (what the memory monitor waits for when idle).
+        self.leased = asyncio.Event()
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
         loop = asyncio.get_running_loop()
+        self.changed.set()
         for ins in instructions:
             if isinstance(ins, Grant):
+                self.leased.set()
                 fut = self.waiters.pop(ins.request_id, None)
                 reply = pb.LeaseReply(
                     status=pb.LeaseReply.GRANTED,
@@ -416,6 +423,7 @@ class BundlesService(bundles_pb2_grpc.BundlesServicer):
     ) -> bundles_pb2.BundlesReply:
         state = self.node.state
         specs = [(b.index, dict(b.resources)) for b in request.bundles]
+        self.node.changed.set()
         if not state.prepare_bundles(request.pg_id, specs):
             return bundles_pb2.BundlesReply(
                 ok=False, message="resources are not free on this node now"
@@ -472,19 +480,29 @@ async def memory_monitor(
 
     Actors and idle workers are never chosen; the driver (a notebook kernel) is not a
     worker of this node, so it is never the one killed.
+
+    It checks every ``interval`` seconds only while there is a task it could choose; with
+    none (an idle node, or one running only actors) it sleeps until a lease is granted.
     """
+
+    def retriable() -> list[Lease]:
+        return [
+            lease
+            for lease in service.state.leases.values()
+            if not lease.owner.startswith("head-actor:")
+            and lease.worker_id not in service.oom_killed
+        ]
+
     while True:
+        if not retriable():
+            service.leased.clear()
+            await service.leased.wait()
+            continue
         await asyncio.sleep(interval)
         used = measure()
         if used < threshold:
             continue
-        st = service.state
-        victims = [
-            lease
-            for lease in st.leases.values()
-            if not lease.owner.startswith("head-actor:")
-            and lease.worker_id not in service.oom_killed
-        ]
+        victims = retriable()
         if not victims or service.workers is None:
             continue
         lease = victims[-1]  # the newest lease
@@ -502,12 +520,18 @@ class HeadLink:
     """Registration and heartbeats to the head; feeds the cluster view back to the state."""
 
     def __init__(
-        self, service: NodeService, token: str, info: pb.NodeInfo, interval: float
+        self,
+        service: NodeService,
+        token: str,
+        info: pb.NodeInfo,
+        interval: float,
+        keepalive: float | None = None,
     ) -> None:
         self.service = service
         self.token = token
         self.info = info
         self.interval = interval
+        self.keepalive = max(interval, keepalive if keepalive is not None else interval)
         self.channel = make_channel(service.head_address, token)
         self.stub = AuthedStub(pb_grpc.HeadStub(self.channel), token)
 
@@ -525,28 +549,49 @@ class HeadLink:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def run(self) -> None:
+    def _report(self) -> pb.HeartbeatRequest:
         st = self.service.state
+        stats = self.service.objects.store.stats()
+        return pb.HeartbeatRequest(
+            node_id=st.node_id,
+            available=st.available,
+            store_used=stats.used,
+            store_spilled=stats.spilled_bytes,
+            num_workers=len(st.workers),
+            pending_leases=len(st.pending),
+            total=st.total,
+            leased_workers=len(st.leases),
+        )
+
+    async def run(self) -> None:
+        """Report to the head when something changed, at most once per ``interval``.
+
+        A node with lease requests waiting reports every ``interval`` (its view of the
+        other nodes decides where they spill); an idle node only sends a keep-alive every
+        ``keepalive`` seconds, so it costs no CPU between them.
+        """
+        service = self.service
+        last = b""
+        last_sent = 0.0
         while True:
             await asyncio.sleep(self.interval)
-            stats = self.service.objects.store.stats()
+            if not service.state.pending:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    left = self.keepalive - (time.monotonic() - last_sent)
+                    await asyncio.wait_for(service.changed.wait(), timeout=max(0.0, left))
+            service.changed.clear()
+            request = self._report()
+            payload = request.SerializeToString(deterministic=True)
+            now = time.monotonic()
+            if payload == last and not service.state.pending and now - last_sent < self.keepalive:
+                continue  # woken, but nothing the head sees changed
             try:
-                reply = await self.stub.Heartbeat(
-                    pb.HeartbeatRequest(
-                        node_id=st.node_id,
-                        available=st.available,
-                        store_used=stats.used,
-                        store_spilled=stats.spilled_bytes,
-                        num_workers=len(st.workers),
-                        pending_leases=len(st.pending),
-                        total=st.total,
-                        leased_workers=len(st.leases),
-                    ),
-                    timeout=max(self.interval * 4, 2.0),
-                )
+                reply = await self.stub.Heartbeat(request, timeout=max(self.interval * 4, 2.0))
             except RpcError as err:
                 log.warning("heartbeat to head failed: %s", err.code().name)
                 continue
+            last, last_sent = payload, now
+            st = service.state
             if reply.reregister:
                 if reply.fenced:
                     log.warning(
@@ -565,7 +610,10 @@ class HeadLink:
                 NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive)
                 for n in reply.nodes
             ]
-            self.service.apply(st.update_cluster_view(view))
+            instructions = st.update_cluster_view(view)
+            self.service.apply(instructions)
+            if not instructions:
+                service.changed.clear()  # a new view alone is nothing to report
 
     async def unregister(self) -> None:
         with contextlib.suppress(RpcError):

@@ -30,7 +30,7 @@ from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize, serialize
-from nbcluster._runtime.worker.output import FLUSH_INTERVAL_S, OutputCapture
+from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
 
@@ -151,6 +151,7 @@ class Executor:
         self.exit_after_reply = threading.Event()
         self.events: list[pb.TaskEvent] = []
         self.events_lock = threading.Lock()
+        self.events_ready = Wakeup()
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
         self.output = OutputCapture()
@@ -546,6 +547,7 @@ class Executor:
         )
         with self.events_lock:
             self.events.append(ev)
+        self.events_ready.set()
 
 
 class WorkerClient(CoreClient):
@@ -566,17 +568,10 @@ class WorkerClient(CoreClient):
         return self.map_from_store(loc.object_id, entry)
 
 
-async def _flush_output(executor: Executor) -> None:
-    while True:
-        await asyncio.sleep(FLUSH_INTERVAL_S)
-        task_id, sink, chunks = executor.output.drain()
-        if chunks and sink is not None:
-            sink.send_logs(task_id, chunks)
-
-
 async def _flush_events(client: CoreClient, executor: Executor) -> None:
     while True:
-        await asyncio.sleep(1.0)
+        await executor.events_ready.wait()  # no timer while no task runs
+        await asyncio.sleep(1.0)  # batch the events of a second
         with executor.events_lock:
             events, executor.events = executor.events, []
         if events:
@@ -624,7 +619,7 @@ def main() -> None:
             proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1)
         )
     asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
-    asyncio.run_coroutine_threadsafe(_flush_output(executor), client.loop)
+    asyncio.run_coroutine_threadsafe(flush_forever(executor.output), client.loop)
     install_output(executor.output)
     executor.run_forever()
 
