@@ -6,6 +6,7 @@ Layout of a store directory (normally ``/dev/shm/nbcluster-<session>/<node-id-he
     .tmp-<id>-<pid>-<n>        an object being written (never read)
     .free/<size>-<pid>-<n>     a freed object file kept for reuse (see "Recycling")
     .free/.check-<pid>-<n>     a freed file being checked for readers (never reused)
+    .free/.busy-<size>-<pid>-<n>  a freed file still mapped by a reader (waits, hidden)
 
 **Sealing** is an atomic ``link(tmp, final)`` followed by ``unlink(tmp)``: readers never
 see a partial object, and a second writer of the same id gets ``FileExistsError``
@@ -14,44 +15,43 @@ instead of replacing an object someone may have mapped.
 **Reading** maps the file read-only and closes the descriptor; the mapping stays valid
 after the file is deleted, spilled or replaced (Linux keeps the pages while they are
 mapped), so readers need no pin. ``deserialize(read_object(...))`` gives numpy arrays that
-are read-only views of that mapping.
+are read-only views of that mapping. A worker keeps the mappings of large task arguments
+while more tasks are queued (:class:`MappedObjects`), so tasks sharing an argument fault
+its pages in once.
 
 **Writing, measured** (100 MiB numpy array into tmpfs ``/dev/shm``, 2-vCPU VM, kernel
-6.18, Python 3.11, median of 9; numpy ``copyto`` into a warm array of the same size
-measured 8.9-13 GB/s on this shared machine, varying from run to run):
+6.18, Python 3.11; numpy ``copyto`` into a warm array of the same size measured 7-13 GB/s
+on this shared machine, varying from run to run):
 
 ============================================================  ===========
-method                                                        GB/s
+method                                                        % memcpy
 ============================================================  ===========
-``ftruncate`` + ``mmap`` + copy (``write_into``)              1.2 - 1.3
-same with ``MAP_POPULATE``                                    1.4
-same with ``posix_fallocate`` first                           1.3 - 1.5
-``MADV_POPULATE_WRITE`` in 2 threads + copy                   1.4
-``os.pwritev`` of header + buffers, new file                  2.0 - 2.9
-``posix_fallocate`` + ``os.pwritev``                          2.5 - 2.7
-``os.pwritev`` in 2 threads (the inode lock serializes them)  2.5
-``os.pwritev`` into a recycled file (pages already allocated) 5.5 - 6.4
-``mmap`` + ``MAP_POPULATE`` + copy into a recycled file       5.5 - 7.0
+``ftruncate`` + ``mmap`` + copy into a new file               15 - 25
+``os.pwritev`` of header + buffers, new file                  30 - 48
+``os.pwritev`` into a recycled file (pages already allocated) 55 - 65
+``MAP_POPULATE`` mapping + copy into a recycled file          75 - 80
+the same, copied by two threads (two cores)                   110 - 125
 ============================================================  ===========
 
-End to end (``serialize`` + ``write_object``, ``benchmarks/store_write.py``): a new
-file 2.6-2.9 GB/s (24-30% of memcpy), a recycled file 5.2-6.3 GB/s (52-59% of memcpy);
-``read_object`` + ``deserialize`` of the 100 MiB array 35 us (zero-copy, so the same for
-any size).
-
-The copy itself is cheap; what costs is the kernel allocating and accounting a fresh
-tmpfs page for every 4 KiB (``/dev/shm`` has no huge pages unless mounted with
-``huge=``). So: ``os.pwritev`` straight from the numpy buffer (one copy, no mapping, no
-page faults) and, to reach about half of memcpy, **recycling**: ``delete_object(...,
+The copy itself is cheap; what costs is the kernel allocating, zeroing and accounting a
+fresh tmpfs page for every 4 KiB (``/dev/shm`` has no huge pages unless mounted with
+``huge=``; ``posix_fallocate`` alone does not help: tmpfs zeroes a page on its first
+write). So a new file is written with ``os.pwritev`` straight from the numpy buffer (one
+copy, no page faults), and a large object goes, whenever possible, into a file whose
+pages are allocated and zeroed already, through a ``MAP_POPULATE`` mapping copied by two
+threads (``_write_mapped``; never into a file with unallocated pages, where a full disk
+would be a ``SIGBUS``). Those files come from **recycling**: ``delete_object(...,
 recycle_limit=N)`` keeps freed files of at least ``RECYCLE_MIN_SIZE`` in ``.free/`` (up to
-N bytes in all) and ``write_object`` overwrites one of them instead of allocating. A file
-is recycled only if nobody can still see its old contents: it is renamed away from its
-object name first (so nobody can open it any more) and then a write lease
-(``F_SETLEASE``) is taken, which Linux grants only when no other open file description
-exists, and a mapping counts as one even after its descriptor is closed. A file that is
-still mapped anywhere is unlinked as usual. Pool files still occupy the tmpfs: size the
-directory for ``capacity + recycle_limit``; ``write_object`` also empties the pool and
-retries once when the disk is full.
+N bytes in all) and ``write_object`` overwrites the smallest one that fits (and is at most
+about twice the size). A file is recycled only if nobody can still see its old contents:
+it is renamed away from its object name first (so nobody can open it any more) and then a
+write lease (``F_SETLEASE``) is taken, which Linux grants only when no other open file
+description exists, and a mapping counts as one even after its descriptor is closed. A
+file that is still mapped waits under a hidden name until :func:`promote_waiting` finds
+its readers gone. The node manager also fills the pool ahead of demand
+(:func:`allocate_pool_files`, sized by ``objects.pool.WarmPool``), in a low-priority
+thread. Pool files still occupy the tmpfs: size the directory for ``capacity +
+recycle_limit``; writes empty the pool and retry once when the disk is full.
 """
 
 from __future__ import annotations
