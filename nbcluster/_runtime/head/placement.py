@@ -12,14 +12,14 @@ reserves the bundles on their nodes, a whole node's share per call (``bundles.pr
 
 So a group is reserved entirely or not at all. ``CreatePlacementGroup`` tries at once and
 answers when the group is placed (or after ``place_wait_s``), so a free cluster answers
-``CREATED`` and ``ready()`` costs no wait; the record is written once, in that state. A group that cannot be placed stays PENDING
-with a ``message`` saying why (for example, it can never fit), and is tried again when
-the cluster's resources change (a node joins or reports, a group is removed): nothing
-polls. ``RemovePlacementGroup`` answers once the head has the removal (as Ray's does);
-the nodes release the bundles in the background, and their resources go back to the
-view as soon as they did.
-The last ``removed_kept`` removed groups are kept for the state API; older ones are
-forgotten (in memory and on disk), so a long-running cluster does not grow without end.
+``CREATED`` and ``ready()`` costs no wait; the record is written once, in that state. A
+group that cannot be placed stays PENDING with a ``message`` saying why (for example, it
+can never fit), and is tried again when the cluster's resources change (a node joins or
+reports, a group is removed): nothing polls. ``RemovePlacementGroup`` answers once the
+head has the removal (as Ray's does); the nodes release the bundles in the background,
+and their resources go back to the view as soon as they did. The last ``removed_kept``
+removed groups are kept for the state API; older ones are forgotten (in memory and on
+disk), so a long-running cluster does not grow without end.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class PlacementGroupManager:
         self.waiters: dict[bytes, list[asyncio.Future[None]]] = {}
         self.removed: collections.deque[bytes] = collections.deque()
         self.placing: set[bytes] = set()  # groups with a placement attempt in flight
+        self.pending: dict[bytes, pb.PlacementGroupInfo] = {}  # PENDING groups, oldest first
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self._stubs: dict[str, Any] = {}
@@ -94,6 +95,8 @@ class PlacementGroupManager:
                 self.removed.append(pg.pg_id)
             elif pg.name:
                 self.names[(pg.namespace, pg.name)] = pg.pg_id
+            if pg.state == PENDING:
+                self.pending[pg.pg_id] = pg
         self._prune()
         self.wake.set()
 
@@ -115,9 +118,7 @@ class PlacementGroupManager:
 
     def _waiting(self) -> list[pb.PlacementGroupInfo]:
         """Pending groups with no placement attempt in flight, oldest first."""
-        return [
-            g for g in self.groups.values() if g.state == PENDING and g.pg_id not in self.placing
-        ]
+        return [g for g in self.pending.values() if g.pg_id not in self.placing]
 
     # -- RPCs ------------------------------------------------------------------------------
     async def create(
@@ -144,6 +145,7 @@ class PlacementGroupManager:
         pg.state = PENDING
         pg.version = 0
         self.groups[pg.pg_id] = pg
+        self.pending[pg.pg_id] = pg
         if waiting:
             self._changed(pg)
             self.wake.set()
@@ -199,6 +201,7 @@ class PlacementGroupManager:
             return
         was_created = pg.state == CREATED
         pg.state = REMOVED
+        self.pending.pop(pg.pg_id, None)
         self._changed(pg)
         self.removed.append(pg.pg_id)
         self._prune()
@@ -315,6 +318,7 @@ class PlacementGroupManager:
         pg.bundle_node_addresses.extend(addresses)
         pg.state = CREATED
         pg.message = ""
+        self.pending.pop(pg.pg_id, None)
         for i, (node_id, b) in enumerate(zip(node_ids, bundles, strict=True)):
             rec = self.state.nodes.get(node_id)
             if rec is not None:  # the group's own resource names appear on its nodes
