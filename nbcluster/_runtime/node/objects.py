@@ -63,8 +63,7 @@ class NodeObjects:
         self.restored_bytes = 0
         self.fetched_bytes = 0
         self.fetches: dict[bytes, asyncio.Task[pb.ObjectInfoReply]] = {}
-        self.recycle_limit = min(store.capacity // 4, 2**30)
-        self.pool = WarmPool(self.recycle_limit)
+        self.pool = WarmPool(self.max_pool_bytes)
         self._pool_task: asyncio.Task[None] | None = None
         # One low-priority thread: filling the pool must not slow the writes it serves.
         self._pool_executor = concurrent.futures.ThreadPoolExecutor(
@@ -116,6 +115,7 @@ class NodeObjects:
     async def seal(self, request: pb.SealObjectRequest, context: Any) -> pb.Empty:
         if not self.store.seal(request.object_id):  # freed while it was being written
             objstore.delete_object(self.store_dir, request.object_id)
+        self._keep_pool_within_capacity()  # (after the write took its pool file, if any)
         self.pool.wrote(request.size)
         self.refill_pool()
         return pb.Empty()
@@ -127,8 +127,24 @@ class NodeObjects:
                 objstore.delete_object(self.spill_dir, oid)
             else:
                 # Keep freed files for reuse: writing into allocated tmpfs pages is ~2x faster.
-                objstore.delete_object(self.store_dir, oid, recycle_limit=self.recycle_limit)
+                objstore.delete_object(self.store_dir, oid, recycle_limit=self.pool_limit())
         return pb.Empty()
+
+    @property
+    def max_pool_bytes(self) -> int:
+        """The pool's ceiling: half the store's capacity."""
+        return self.store.capacity // 2
+
+    def pool_limit(self) -> int:
+        """What the pool may hold now: the capacity objects leave free (up to half of it),
+        so objects and pool files together stay within the store's capacity."""
+        stats = self.store.stats()
+        return max(0, min(self.max_pool_bytes, stats.capacity - stats.used))
+
+    def _keep_pool_within_capacity(self) -> None:
+        limit = self.pool_limit()
+        if objstore.free_pool_bytes(self.store_dir) > limit:
+            objstore.trim_free_pool(self.store_dir, keep_bytes=limit)
 
     def free_all(self) -> None:
         """Drop every object (the node was fenced and starts over)."""
@@ -159,10 +175,10 @@ class NodeObjects:
 
     def _pool_plan(self) -> tuple[list[int], list[int]]:
         objstore.promote_waiting(self.store_dir)  # freed files whose readers are gone
-        stats = self.store.stats()
-        promised = max(0, stats.capacity - stats.used)
-        spare = objstore.spare_bytes(self.store_dir) - promised
-        return self.pool.plan(objstore.pool_file_sizes(self.store_dir), spare)
+        self.pool.limit = self.pool_limit()
+        return self.pool.plan(
+            objstore.pool_file_sizes(self.store_dir), objstore.spare_bytes(self.store_dir)
+        )
 
     # -- reads -------------------------------------------------------------------------------
     async def info(self, request: pb.ObjectIds, context: Any) -> pb.ObjectInfoReply:
@@ -273,6 +289,7 @@ class NodeObjects:
             raise
         self.store.seal(oid)
         self.on_change()
+        self._keep_pool_within_capacity()
         self.fetched_bytes += size
         self.pool.wrote(size)
         self.refill_pool()

@@ -58,9 +58,9 @@ class WarmPool:
         """``(allocate, drop)``: sizes of the files to allocate now, and of those to delete.
 
         ``pool`` lists the sizes of the files in the pool; ``spare`` is how many bytes the
-        store's filesystem can give without eating into room promised to objects
-        (free space minus the capacity not yet used). Files too big for any recent write
-        to use (see :func:`usable`) are dropped: they only hold memory.
+        store's filesystem has free; ``limit`` (set by the node: the store capacity its
+        objects leave free) bounds the pool's bytes. Files too big for any recent write to
+        use (see :func:`usable`) are dropped: they only hold memory.
         """
         if not self.recent:
             return [], []
