@@ -61,13 +61,32 @@ def make_manager(
     mgr = PlacementGroupManager(state, channels=None, removed_kept=removed_kept)  # type: ignore[arg-type]
 
     async def fake_rpc(
-        method: str, address: str, pg: Any, indexes: list[int], *, commit: bool = False
+        method: str,
+        address: str,
+        pg: Any,
+        indexes: list[int],
+        *,
+        commit: bool = False,
+        release: list[Any] | None = None,
     ) -> Reply:
+        for r in release or ():
+            calls.append(("release", address, [b.index for b in r.bundles], False))
         calls.append((method, address, list(indexes), commit))
         await asyncio.sleep(0)
         return Reply(not (method == "PrepareBundles" and address in refusing))
 
+    class FakeStub:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        async def PrepareBundles(self, req: Any, timeout: float) -> Reply:  # noqa: N802
+            calls.append(("call", self.address, [], False))
+            for r in req.release:
+                calls.append(("release", self.address, [b.index for b in r.bundles], False))
+            return Reply(True)
+
     mgr._bundles_rpc = fake_rpc  # type: ignore[method-assign]
+    mgr._stub = FakeStub  # type: ignore[method-assign, assignment]
     return mgr, calls, refusing
 
 
@@ -156,7 +175,7 @@ def test_groups_placed_at_once_do_not_share_room() -> None:
     asyncio.run(main())
 
 
-def test_removal_answers_at_once_and_releases_in_the_background() -> None:
+def test_removal_cancels_on_each_node_once_and_frees_the_room() -> None:
     async def main() -> None:
         mgr, calls, _ = make_manager({"a": 1})
         mgr.start()
@@ -166,17 +185,36 @@ def test_removal_answers_at_once_and_releases_in_the_background() -> None:
         calls.clear()
         await mgr.remove(pb.PlacementGroupRequest(pg_id=b"g1"), Context())
         assert first.state == REMOVED
-        assert calls == []  # not yet released
+        assert calls[0] == ("CancelBundles", "a:1", [0], False)  # done before the answer
         for _ in range(100):
             if waiting.state == CREATED:
                 break
             await asyncio.sleep(0.01)
-        assert calls[0] == ("CancelBundles", "a:1", [0], False)
         assert waiting.state == CREATED  # the freed room went to the waiting group
         assert not any(
             "_group_" in k and b"g1".hex() in k for k in mgr.state.nodes[b"a".ljust(16, b"-")].total
         )
         mgr.close()
+
+    asyncio.run(main())
+
+
+def test_a_restarted_head_releases_removed_groups_again_one_call_per_node() -> None:
+    async def main() -> None:
+        mgr, calls, _ = make_manager({"a": 2, "b": 2})
+        groups = []
+        for pg_id in (b"g1", b"g2"):
+            pg = await mgr.create(create_request(pg_id, [1, 1], "STRICT_SPREAD"), Context())
+            await mgr.remove(pb.PlacementGroupRequest(pg_id=pg_id), Context())
+            groups.append(pg)
+        fresh, _, _ = make_manager({"a": 2, "b": 2})
+        fresh._stub = mgr._stub  # type: ignore[method-assign]
+        calls.clear()
+        fresh.recover(groups)
+        await asyncio.sleep(0.05)
+        # Each node gets one call carrying both groups' bundles on it.
+        assert sorted(a for m, a, _, _ in calls if m == "call") == ["a:1", "b:1"]
+        assert sorted(a for m, a, _, _ in calls if m == "release") == ["a:1", "a:1", "b:1", "b:1"]
 
     asyncio.run(main())
 

@@ -422,8 +422,12 @@ class BundlesService(bundles_pb2_grpc.BundlesServicer):
         self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
     ) -> bundles_pb2.BundlesReply:
         state = self.node.state
+        for old in request.release:  # removed groups' bundles, released first
+            self.node.apply(state.cancel_bundles(old.pg_id, [b.index for b in old.bundles]))
         specs = [(b.index, dict(b.resources)) for b in request.bundles]
         self.node.changed.set()
+        if not specs:
+            return bundles_pb2.BundlesReply(ok=True)
         if not state.prepare_bundles(request.pg_id, specs):
             return bundles_pb2.BundlesReply(
                 ok=False, message="resources are not free on this node now"

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0nbcluster/_runtime/protocol/protos/bundles.proto\x12\x11nbcluster.bundles\"\x8e\x01\n\nBundleSpec\x12\r\n\x05index\x18\x01 \x01(\x05\x12?\n\tresources\x18\x02 \x03(\x0b\x32,.nbcluster.bundles.BundleSpec.ResourcesEntry\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"_\n\x0e\x42undlesRequest\x12\r\n\x05pg_id\x18\x01 \x01(\x0c\x12.\n\x07\x62undles\x18\x02 \x03(\x0b\x32\x1d.nbcluster.bundles.BundleSpec\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\x08\"+\n\x0c\x42undlesReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t2\x89\x02\n\x07\x42undles\x12T\n\x0ePrepareBundles\x12!.nbcluster.bundles.BundlesRequest\x1a\x1f.nbcluster.bundles.BundlesReply\x12S\n\rCommitBundles\x12!.nbcluster.bundles.BundlesRequest\x1a\x1f.nbcluster.bundles.BundlesReply\x12S\n\rCancelBundles\x12!.nbcluster.bundles.BundlesRequest\x1a\x1f.nbcluster.bundles.BundlesReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0nbcluster/_runtime/protocol/protos/bundles.proto\x12\x11nbcluster.bundles\"\x8e\x01\n\nBundleSpec\x12\r\n\x05index\x18\x01 \x01(\x05\x12?\n\tresources\x18\x02 \x03(\x0b\x32,.nbcluster.bundles.BundleSpec.ResourcesEntry\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x93\x01\n\x0e\x42undlesRequest\x12\r\n\x05pg_id\x18\x01 \x01(\x0c\x12.\n\x07\x62undles\x18\x02 \x03(\x0b\x32\x1d.nbcluster.bundles.BundleSpec\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\x08\x12\x32\n\x07release\x18\x04 \x03(\x0b\x32!.nbcluster.bundles.BundlesRequest\"+\n\x0c\x42undlesReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t2\x89\x02\n\x07\x42undles\x12T\n\x0ePrepareBundles\x12!.nbcluster.bundles.BundlesRequest\x1a\x1f.nbcluster.bundles.BundlesReply\x12S\n\rCommitBundles\x12!.nbcluster.bundles.BundlesRequest\x1a\x1f.nbcluster.bundles.BundlesReply\x12S\n\rCancelBundles\x12!.nbcluster.bundles.BundlesRequest\x1a\x1f.nbcluster.bundles.BundlesReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,10 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BUNDLESPEC']._serialized_end=214
   _globals['_BUNDLESPEC_RESOURCESENTRY']._serialized_start=166
   _globals['_BUNDLESPEC_RESOURCESENTRY']._serialized_end=214
-  _globals['_BUNDLESREQUEST']._serialized_start=216
-  _globals['_BUNDLESREQUEST']._serialized_end=311
-  _globals['_BUNDLESREPLY']._serialized_start=313
-  _globals['_BUNDLESREPLY']._serialized_end=356
-  _globals['_BUNDLES']._serialized_start=359
-  _globals['_BUNDLES']._serialized_end=624
+  _globals['_BUNDLESREQUEST']._serialized_start=217
+  _globals['_BUNDLESREQUEST']._serialized_end=364
+  _globals['_BUNDLESREPLY']._serialized_start=366
+  _globals['_BUNDLESREPLY']._serialized_end=409
+  _globals['_BUNDLES']._serialized_start=412
+  _globals['_BUNDLES']._serialized_end=677
 # @@protoc_insertion_point(module_scope)

@@ -22,14 +22,16 @@ class BundleSpec(_message.Message):
     def __init__(self, index: _Optional[int] = ..., resources: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class BundlesRequest(_message.Message):
-    __slots__ = ("pg_id", "bundles", "commit")
+    __slots__ = ("pg_id", "bundles", "commit", "release")
     PG_ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLES_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     pg_id: bytes
     bundles: _containers.RepeatedCompositeFieldContainer[BundleSpec]
     commit: bool
-    def __init__(self, pg_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[BundleSpec, _Mapping]]] = ..., commit: _Optional[bool] = ...) -> None: ...
+    release: _containers.RepeatedCompositeFieldContainer[BundlesRequest]
+    def __init__(self, pg_id: _Optional[bytes] = ..., bundles: _Optional[_Iterable[_Union[BundleSpec, _Mapping]]] = ..., commit: _Optional[bool] = ..., release: _Optional[_Iterable[_Union[BundlesRequest, _Mapping]]] = ...) -> None: ...
 
 class BundlesReply(_message.Message):
     __slots__ = ("ok", "message")
