@@ -279,11 +279,18 @@ class NodeObjects:
         size = request.size
         try:
             data_address = await self._peer_data_address(request.from_address)
+            start = time.monotonic()
             with objstore.RawWriter(self.store_dir, oid, size) as writer:
+                warm = writer.allocated
                 if data_address:
                     await asyncio.to_thread(self._pull, writer, data_address, oid)
                 else:
                     await self._pull_grpc(writer, request.from_address, oid, size)
+            log.debug(
+                "pulled %s (%d bytes) from %s over %s into a %s file in %.3f s",
+                oid.hex()[:12], size, request.from_address,
+                data_address or "gRPC", "pooled" if warm else "new", time.monotonic() - start,
+            )  # fmt: skip
         except BaseException:
             self.store.free([oid])
             raise
