@@ -103,7 +103,9 @@ class Pull:
 
         self.nb = nbcluster
         self.nbytes = nbytes
-        nbcluster.init(num_cpus=1, _nodes=2, object_store_memory=4 * nbytes)
+        # Room for a few copies in flight (frees reach the nodes a moment after the refs
+        # go) and for the reuse pool (up to three quarters of the store).
+        nbcluster.init(num_cpus=1, _nodes=2, object_store_memory=6 * nbytes)
         me = nbcluster.get_runtime_context().get_node_id()
         other = next(n["NodeID"] for n in nbcluster.nodes() if n["Alive"] and n["NodeID"] != me)
 

@@ -132,12 +132,12 @@ class NodeObjects:
 
     @property
     def max_pool_bytes(self) -> int:
-        """The pool's ceiling: half the store's capacity."""
-        return self.store.capacity // 2
+        """The pool's ceiling: three quarters of the store's capacity."""
+        return self.store.capacity * 3 // 4
 
     def pool_limit(self) -> int:
-        """What the pool may hold now: the capacity objects leave free (up to half of it),
-        so objects and pool files together stay within the store's capacity."""
+        """What the pool may hold now: the capacity objects leave free (up to three quarters
+        of it), so objects and pool files together stay within the store's capacity."""
         stats = self.store.stats()
         return max(0, min(self.max_pool_bytes, stats.capacity - stats.used))
 
@@ -277,6 +277,8 @@ class NodeObjects:
             raise OSError(f"ObjectStoreFull: {decision.message}")
         self.make_room(decision.spill, decision.evict)
         size = request.size
+        if size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
+            objstore.promote_waiting(self.store_dir)  # freed files whose readers are gone
         try:
             data_address = await self._peer_data_address(request.from_address)
             start = time.monotonic()
