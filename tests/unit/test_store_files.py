@@ -494,3 +494,46 @@ def test_mapped_objects_keeps_recent_mappings_within_limits() -> None:
     for name in (b"x", b"y", b"z"):
         counted.keep(name, views[4])
     assert counted.get(b"x") is None and len(counted) == 2
+
+
+# -- stores left behind by node managers that were killed -----------------------------------
+
+
+def test_a_dead_node_managers_store_is_swept_and_a_live_ones_kept(tmp_path) -> None:
+    base = tmp_path / "shm"
+    base.mkdir()
+    live, _ = dirs.prepare_store_dir("s1", "aa01", MiB, base_dir=str(base))
+    lock = dirs.lock_store_dir(live)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from nbcluster._runtime.objects import dirs
+        path, _ = dirs.prepare_store_dir("s2", "bb02", 1 << 20, base_dir={str(base)!r})
+        dirs.lock_store_dir(path)
+        open(path + "/obj", "wb").write(b"x" * 5000)
+        print(path, flush=True)
+        sys.stdin.read()
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        dead = child.stdout.readline().strip()
+        assert os.path.isdir(dead)
+        assert dirs.sweep_stale_stores(str(base)) == 0  # both nodes alive: nothing goes
+        child.kill()  # like SIGKILL: no cleanup
+        child.wait(timeout=30)
+        freed = dirs.sweep_stale_stores(str(base))
+        assert freed >= 5000
+        assert not os.path.exists(os.path.dirname(dead))  # its empty session dir went too
+        assert os.path.isdir(live)
+        no_lock = base / "nbcluster-s3" / "cc03"  # an older version's: left alone
+        no_lock.mkdir(parents=True)
+        assert dirs.sweep_stale_stores(str(base)) == 0 and no_lock.is_dir()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    os.close(lock)  # this "node" ends too: its store is stale now
+    dirs.sweep_stale_stores(str(base))
+    assert not os.path.exists(live)

@@ -87,6 +87,9 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         base_dir=config.store_base_dir,
         fallback_dir=str(session_dir / "store"),
     )
+    store_lock = storedirs.lock_store_dir(store_dir)  # held until this process ends
+    # Free what node managers killed without cleaning up left in shared memory.
+    loop.run_in_executor(None, storedirs.sweep_stale_stores, config.store_base_dir)
     spill_dir = config.spill_dir or str(session_dir / "spill" / node_id.hex())
     os.makedirs(spill_dir, exist_ok=True)
 
@@ -184,6 +187,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     await server.stop(grace=0.2)
     await objects.close()
     storedirs.remove_store_dir(store_dir)
+    os.close(store_lock)
     shutil.rmtree(spill_dir, ignore_errors=True)
     node_file.unlink(missing_ok=True)
     log.info("node stopped")

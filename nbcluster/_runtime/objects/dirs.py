@@ -3,12 +3,15 @@
 ``prepare_store_dir`` makes the node's private directory in shared memory (``/dev/shm``),
 or in ordinary files when shared memory is too small (Docker and Binder give 64 MB);
 ``default_store_capacity`` sizes the store from the memory this process may use (cgroup
-limits included) and the free shared memory.
+limits included) and the free shared memory. Each node manager holds a lock on its
+directory (``lock_store_dir``), so that ``sweep_stale_stores`` can free what a node
+manager killed without cleaning up left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -16,14 +19,19 @@ import tempfile
 import warnings
 
 __all__ = [
+    "LOCK_NAME",
     "MIN_CAPACITY",
     "StoreFallbackWarning",
     "default_store_capacity",
     "free_bytes",
+    "lock_store_dir",
     "prepare_store_dir",
     "remove_store_dir",
+    "sweep_stale_stores",
 ]
 
+#: The lock file that marks a node's store directory as in use (see lock_store_dir).
+LOCK_NAME = ".lock"
 #: Smallest store :func:`default_store_capacity` chooses.
 MIN_CAPACITY = 64 << 20
 
@@ -90,6 +98,80 @@ def remove_store_dir(store_dir: str) -> None:
     shutil.rmtree(store_dir, ignore_errors=True)
     with contextlib.suppress(OSError):  # not empty: other nodes of the session remain
         os.rmdir(os.path.dirname(store_dir.rstrip(os.sep)))
+
+
+def lock_store_dir(store_dir: str) -> int:
+    """Mark ``store_dir`` as in use for as long as this process lives; return the lock's fd.
+
+    The lock is an ``flock`` on ``<store_dir>/.lock``, which the kernel drops when the
+    process ends however it ends (a SIGKILLed node manager included), so
+    :func:`sweep_stale_stores` can tell a dead node's directory from a live one. The file
+    appears already locked (made under a temporary name, then renamed), so no sweeper can
+    see it unlocked. Keep the returned descriptor open; it is not inherited across exec.
+    """
+    tmp = os.path.join(store_dir, f".lock-{os.getpid()}")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, str(os.getpid()).encode())
+        os.rename(tmp, os.path.join(store_dir, LOCK_NAME))
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return fd
+
+
+def sweep_stale_stores(root: str) -> int:
+    """Delete the store directories under ``root`` whose node manager is gone; return bytes.
+
+    A node manager killed without a chance to clean up (SIGKILL, the OOM killer, a crash)
+    leaves its shared-memory files behind, and nothing else would ever free them. Only
+    directories of this user, with a lock file that nobody holds any more, are removed
+    (see :func:`lock_store_dir`); an empty session directory goes with them.
+    """
+    freed = 0
+    try:
+        sessions = [e for e in os.scandir(root) if e.name.startswith("nbcluster-")]
+    except OSError:
+        return 0
+    uid = os.getuid()
+    for session in sessions:
+        try:
+            if not session.is_dir(follow_symlinks=False) or session.stat().st_uid != uid:
+                continue
+            nodes = list(os.scandir(session.path))
+        except OSError:
+            continue
+        for node in nodes:
+            lock = os.path.join(node.path, LOCK_NAME)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:  # no lock file: an older version's, or being made: leave it
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its node manager lives
+                os.close(fd)
+                continue
+            try:
+                freed += _tree_bytes(node.path)
+                shutil.rmtree(node.path, ignore_errors=True)
+            finally:
+                os.close(fd)
+        with contextlib.suppress(OSError):  # not empty: other nodes of the session live
+            os.rmdir(session.path)
+    return freed
+
+
+def _tree_bytes(path: str) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 def default_store_capacity(base_dir: str = "/dev/shm") -> int:
