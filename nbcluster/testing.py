@@ -66,7 +66,13 @@ def worker_pids(session_dir: str | os.PathLike[str]) -> list[int]:
     # The fork server and the workers are forked from the node manager, so all three carry
     # node.main's command line: managers have a parent outside that set, the fork server is
     # a manager's child, and workers are the fork server's children.
-    node_like = {p.pid: p for p in procs if "nbcluster._runtime.node.main" in " ".join(p.cmdline())}
+    node_like = {}
+    for p in procs:
+        try:
+            if "nbcluster._runtime.node.main" in " ".join(p.cmdline()):
+                node_like[p.pid] = p
+        except psutil.Error:  # exited meanwhile
+            continue
     parents: dict[int, int] = {}
     for pid, p in node_like.items():
         try:
