@@ -24,6 +24,7 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+import psutil
 import pytest
 
 import nbcluster
@@ -277,6 +278,13 @@ def test_teardown_ends_the_loops_and_frees_the_channels(
     again.teardown()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.parametrize("channel", ["auto", "relay"])
 def test_a_killed_actor_fails_get_instead_of_hanging(shared_cluster: object, channel: str) -> None:
     a, b = Stage.remote(1), Stage.remote(1)
@@ -284,7 +292,9 @@ def test_a_killed_actor_fails_get_instead_of_hanging(shared_cluster: object, cha
         dag = b.inc.bind(a.inc.bind(inp))
     compiled = dag.experimental_compile(_channel=channel)
     assert nbcluster.get(compiled.execute(0)) == 2
-    nbcluster.kill(b)
+    pid = nbcluster.state.actor_info(b)["pid"]
+    nbcluster.kill(b)  # asynchronous, as in Ray: wait until b's process is gone
+    poll_for(lambda: not _alive(pid), timeout=30)
     start = time.monotonic()
     with pytest.raises(ActorDiedError):
         nbcluster.get(compiled.execute(1), timeout=30)
