@@ -48,6 +48,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
     pb_grpc.add_HeadServicer_to_server(service, server)
+    service.events.register(server)
     autoscaling = AutoscalingService(state, service.placement, token, store.kv_put)
     autoscaling.register(server)
     service.recover()
@@ -78,6 +79,7 @@ async def serve(args: argparse.Namespace) -> None:
     await stop.wait()
     ticker.cancel()
     drivers.cancel()
+    service.events.close()
     service.actors.close()
     service.placement.close()
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:

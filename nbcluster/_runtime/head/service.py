@@ -19,7 +19,8 @@ from typing import Any
 import grpc
 
 from nbcluster._runtime import proc
-from nbcluster._runtime.head.actor_service import ActorManager
+from nbcluster._runtime.head.actor_service import ActorManager, actor_info
+from nbcluster._runtime.head.events import EventPublisher, Snapshot, node_key
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
@@ -197,7 +198,8 @@ class HeadService(pb_grpc.HeadServicer):
         self.clock = clock
         self.start_time = clock()
         self.channels = Channels(token, 512 * 2**20)
-        self.actors = ActorManager(state, self.channels, clock, persist=store.put_actor)
+        self.events = EventPublisher(self._snapshot, node_info, _job_info, clock=clock)
+        self.actors = ActorManager(state, self.channels, clock, persist=self._actor_changed)
         self.placement = PlacementGroupManager(state, self.channels, persist=store.put_pg)
         self.dead_nodes = store.load_dead_nodes()
 
@@ -229,10 +231,12 @@ class HeadService(pb_grpc.HeadServicer):
                 last_heartbeat=now,
             )
         )
+        self.events.node_joined(self.state.nodes[n.node_id])
         log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
         return pb.RegisterNodeReply(session_name=self.session_name)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext):
+        before = node_key(self.state.nodes.get(request.node_id))
         ok = self.state.heartbeat(
             request.node_id,
             self.clock(),
@@ -248,6 +252,7 @@ class HeadService(pb_grpc.HeadServicer):
             known = self.state.nodes.get(request.node_id)
             fenced = (known is not None and not known.alive) or request.node_id in self.dead_nodes
             return pb.HeartbeatReply(reregister=True, fenced=fenced)
+        self.events.node_heartbeat(before, self.state.nodes.get(request.node_id))
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
@@ -262,7 +267,21 @@ class HeadService(pb_grpc.HeadServicer):
         """Record a dead node (so it is fenced if it comes back) and restart its actors."""
         self.dead_nodes[node_id] = reason
         self.store.put_dead_node(node_id, reason)
+        self.events.node_died(self.state.nodes.get(node_id))
         self.actors.node_died(node_id, reason)
+
+    def _actor_changed(self, rec: Any) -> None:
+        """An actor changed state: persist it and tell the event subscribers."""
+        self.events.actor_changed(actor_info(rec))
+        self.store.put_actor(rec)
+
+    def _snapshot(self) -> Snapshot:
+        """The current nodes, actors and jobs, for a new event subscriber."""
+        return Snapshot(
+            nodes=[node_info(n) for n in self.state.live_nodes()],
+            actors=list(self.actors.list().actors),
+            jobs=[_job_info(j) for j in self.state.jobs.values()],
+        )
 
     def recover(self) -> None:
         """After a restart: bring back actors and placement groups from SQLite."""
@@ -316,6 +335,7 @@ class HeadService(pb_grpc.HeadServicer):
         job.alive = True
         self.state.register_job(job)
         self.store.put_job(job)
+        self.events.job_changed(job)
         return pb.RegisterJobReply(job_id=job.job_id)
 
     async def FinishJob(self, request: pb.JobRef, context: grpc.aio.ServicerContext):
@@ -327,6 +347,7 @@ class HeadService(pb_grpc.HeadServicer):
         job = self.state.finish_job(job_id, self.clock())
         if job is not None:
             self.store.put_job(job)
+            self.events.job_changed(job)
             self.actors.job_finished(job_id)
             self.placement.job_finished(job_id)
 
@@ -411,6 +432,7 @@ class HeadService(pb_grpc.HeadServicer):
         self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext
     ):
         self.state.add_task_events(request.events)
+        self.events.tasks(request.events)
         return pb.Empty()
 
     async def GetTaskEvents(
