@@ -534,8 +534,10 @@ class StoreChange:
 class ClusterEvent:
     """One pushed event. ``kind`` is ``"task"`` (``data``: :class:`TaskEvent`), ``"node"``
     (:class:`NodeChange`), ``"actor"`` (:class:`ActorChange`), ``"job"``
-    (:class:`JobChange`), ``"object"`` (:class:`StoreChange`) or ``"dropped"`` (``data``:
-    how many events this subscriber missed because it fell behind)."""
+    (:class:`JobChange`), ``"object"`` (:class:`StoreChange`), ``"autoscaler"`` (``data``:
+    the last scaling-event seq; read the news with :func:`autoscaler_status`) or
+    ``"dropped"`` (``data``: how many events this subscriber missed because it fell
+    behind)."""
 
     seq: int
     time: float
@@ -638,6 +640,8 @@ def _event_of(e: Any) -> ClusterEvent | None:
         data = StoreChange(o.node_id.hex(), o.node_name, o.used, o.spilled, o.capacity)
     elif kind == "dropped":
         data = int(e.dropped.count)
+    elif kind == "autoscaler":
+        data = int(e.autoscaler.last_seq)
     else:
         return None  # a kind this version does not know
     return ClusterEvent(int(e.seq), float(e.time), kind, data)
@@ -655,8 +659,8 @@ def subscribe_events(
 ) -> EventSubscription:
     """Call ``callback(batch)`` with every :class:`EventBatch` the head pushes.
 
-    ``kinds``: any of ``"task"``, ``"node"``, ``"actor"``, ``"job"``, ``"object"`` (none:
-    all). ``snapshot``: start with the current nodes, actors and jobs. ``buffer``: how many
+    ``kinds``: any of ``"task"``, ``"node"``, ``"actor"``, ``"job"``, ``"object"``,
+    ``"autoscaler"`` (none: all). ``snapshot``: start with the current nodes, actors and jobs. ``buffer``: how many
     events the head keeps for this subscriber when it reads too slowly (0: the head's
     default, 4096); beyond that the oldest are dropped and a ``"dropped"`` event says how
     many. ``job_id``: only that job's task events.

@@ -228,3 +228,18 @@ def test_nobody_listening_costs_no_event_objects() -> None:
     made: list[int] = []
     pub._fanout("task", lambda: made.append(1) or epb.Event())  # type: ignore[func-returns-value]
     assert made == [] and pub.seq == 1
+
+
+def test_autoscaler_news_is_an_event() -> None:
+    async def main() -> None:
+        pub = publisher()
+        stream = subscribe(pub, kinds=["autoscaler"])
+        pending = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)
+        pub.tasks([task(1)])
+        pub.autoscaler_changed(7)
+        batch = await asyncio.wait_for(pending, 5)
+        assert kinds(batch) == ["autoscaler"] and batch.events[0].autoscaler.last_seq == 7
+        await stream.aclose()
+
+    run(main())

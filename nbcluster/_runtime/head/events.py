@@ -45,7 +45,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The kinds of events a subscriber may ask for.
-KINDS = ("task", "actor", "node", "job", "object")
+KINDS = ("task", "actor", "node", "job", "object", "autoscaler")
 #: Events a subscriber may fall behind by, unless it asks for another bound.
 DEFAULT_BUFFER = 4096
 #: The largest buffer a subscriber may ask for.
@@ -236,6 +236,12 @@ class EventPublisher(epb_grpc.EventsServicer):
     def actor_changed(self, info: pb.ActorInfo) -> None:
         """An actor changed state."""
         self._fanout("actor", lambda: epb.Event(actor=epb.ActorEvent(actor=info)))
+
+    def autoscaler_changed(self, last_seq: int) -> None:
+        """The autoscaler reported scaling events or new demand."""
+        self._fanout(
+            "autoscaler", lambda: epb.Event(autoscaler=epb.AutoscalerEvent(last_seq=last_seq))
+        )
 
     def tasks(self, events: Iterable[pb.TaskEvent]) -> None:
         """Task attempts the workers reported."""

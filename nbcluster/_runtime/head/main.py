@@ -51,6 +51,7 @@ async def serve(args: argparse.Namespace) -> None:
     service.events.register(server)
     autoscaling = AutoscalingService(state, service.placement, token, store.kv_put)
     autoscaling.register(server)
+    autoscaling.on_change = service.events.autoscaler_changed
     service.recover()
     port = bind(server, args.host, args.port)
     relay = ClientRelay(session_dir, args.token_file, token, f"{args.host}:{port}")

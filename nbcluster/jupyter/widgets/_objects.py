@@ -128,6 +128,7 @@ class ObjectStore(LiveWidget):
     """
 
     _wants_events = False
+    _wants_ticks = True  # the table reads this process's refs, which the head never sees
 
     def __init__(
         self,
@@ -201,13 +202,18 @@ class ObjectStore(LiveWidget):
         for label in self._series:
             if f"{label} used" not in have:
                 fig.add_trace(
-                    go.Scatter(name=f"{label} used", mode="lines", hovertemplate="%{y:.3s}B")
+                    go.Scatter(
+                        name=f"{label} used",
+                        mode="lines",
+                        line={"shape": "hv"},
+                        hovertemplate="%{y:.3s}B",
+                    )
                 )
                 fig.add_trace(
                     go.Scatter(
                         name=f"{label} spilled",
                         mode="lines",
-                        line={"dash": "dash"},
+                        line={"dash": "dash", "shape": "hv"},
                         hovertemplate="%{y:.3s}B",
                     )
                 )

@@ -44,8 +44,9 @@ class Timeline(LiveWidget):
     ``window`` bars (default 2,000): the most recently reported attempts. Every attempt
     ever seen, drawn or not, is counted in :attr:`summary` (per function: count, total run
     time, failures), which the title shows with how many attempts are not drawn. The head
-    itself keeps a bounded ring of events (``task_events_capacity``); attempts it dropped
-    before this widget saw them are reported in the title too.
+    itself keeps a bounded ring of events (``task_events_capacity``), and pushes new ones
+    to the kernel's feed through a bounded buffer; attempts dropped by either before this
+    widget saw them are counted in the title too.
 
     ``job_id``: show only that job's tasks (hex id; default: every job on the cluster).
     ``feed``: the feed to subscribe to (default: the kernel's). Call :meth:`close` to
@@ -222,7 +223,7 @@ class Timeline(LiveWidget):
         if self.shown < self.total:
             head += f" (latest {self.shown:,} drawn, {self.total - self.shown:,} summarised)"
         if self._head_dropped:
-            head += f"; the head dropped {self._head_dropped:,} older events"
+            head += f"; {self._head_dropped:,} events were dropped before they reached it"
         by_time = sorted(self.summary.items(), key=lambda kv: kv[1].total_s, reverse=True)
         parts = [
             f"{name} ×{s.count:,} {format_seconds(s.total_s)}"

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/nbcluster/_runtime/protocol/protos/events.proto\x12\x10nbcluster.events\x1a\x32nbcluster/_runtime/protocol/protos/nbcluster.proto\"S\n\x10SubscribeRequest\x12\r\n\x05kinds\x18\x01 \x03(\t\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12\x0e\n\x06\x62uffer\x18\x03 \x01(\r\x12\x0e\n\x06job_id\x18\x04 \x01(\x0c\"\x8f\x01\n\tNodeEvent\x12\x32\n\x06\x63hange\x18\x01 \x01(\x0e\x32\".nbcluster.events.NodeEvent.Change\x12!\n\x04node\x18\x02 \x01(\x0b\x32\x13.nbcluster.NodeInfo\"+\n\x06\x43hange\x12\x0b\n\x07UPDATED\x10\x00\x12\n\n\x06JOINED\x10\x01\x12\x08\n\x04\x44IED\x10\x02\"1\n\nActorEvent\x12#\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x14.nbcluster.ActorInfo\"+\n\x08JobEvent\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.nbcluster.JobInfo\"g\n\x10ObjectStoreEvent\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12\x11\n\tnode_name\x18\x02 \x01(\t\x12\x0c\n\x04used\x18\x03 \x01(\x03\x12\x0f\n\x07spilled\x18\x04 \x01(\x03\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x03\"\x18\n\x07\x44ropped\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"\xbb\x02\n\x05\x45vent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04time\x18\x02 \x01(\x01\x12$\n\x04task\x18\x03 \x01(\x0b\x32\x14.nbcluster.TaskEventH\x00\x12+\n\x04node\x18\x04 \x01(\x0b\x32\x1b.nbcluster.events.NodeEventH\x00\x12-\n\x05\x61\x63tor\x18\x05 \x01(\x0b\x32\x1c.nbcluster.events.ActorEventH\x00\x12)\n\x03job\x18\x06 \x01(\x0b\x32\x1a.nbcluster.events.JobEventH\x00\x12\x34\n\x06object\x18\x07 \x01(\x0b\x32\".nbcluster.events.ObjectStoreEventH\x00\x12,\n\x07\x64ropped\x18\x08 \x01(\x0b\x32\x19.nbcluster.events.DroppedH\x00\x42\x06\n\x04\x62ody\"X\n\nEventBatch\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.nbcluster.events.Event\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12\x0f\n\x07head_id\x18\x03 \x01(\t2Y\n\x06\x45vents\x12O\n\tSubscribe\x12\".nbcluster.events.SubscribeRequest\x1a\x1c.nbcluster.events.EventBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/nbcluster/_runtime/protocol/protos/events.proto\x12\x10nbcluster.events\x1a\x32nbcluster/_runtime/protocol/protos/nbcluster.proto\"S\n\x10SubscribeRequest\x12\r\n\x05kinds\x18\x01 \x03(\t\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12\x0e\n\x06\x62uffer\x18\x03 \x01(\r\x12\x0e\n\x06job_id\x18\x04 \x01(\x0c\"\x8f\x01\n\tNodeEvent\x12\x32\n\x06\x63hange\x18\x01 \x01(\x0e\x32\".nbcluster.events.NodeEvent.Change\x12!\n\x04node\x18\x02 \x01(\x0b\x32\x13.nbcluster.NodeInfo\"+\n\x06\x43hange\x12\x0b\n\x07UPDATED\x10\x00\x12\n\n\x06JOINED\x10\x01\x12\x08\n\x04\x44IED\x10\x02\"1\n\nActorEvent\x12#\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x14.nbcluster.ActorInfo\"+\n\x08JobEvent\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.nbcluster.JobInfo\"g\n\x10ObjectStoreEvent\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12\x11\n\tnode_name\x18\x02 \x01(\t\x12\x0c\n\x04used\x18\x03 \x01(\x03\x12\x0f\n\x07spilled\x18\x04 \x01(\x03\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x03\"#\n\x0f\x41utoscalerEvent\x12\x10\n\x08last_seq\x18\x01 \x01(\x04\"\x18\n\x07\x44ropped\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"\xf4\x02\n\x05\x45vent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0c\n\x04time\x18\x02 \x01(\x01\x12$\n\x04task\x18\x03 \x01(\x0b\x32\x14.nbcluster.TaskEventH\x00\x12+\n\x04node\x18\x04 \x01(\x0b\x32\x1b.nbcluster.events.NodeEventH\x00\x12-\n\x05\x61\x63tor\x18\x05 \x01(\x0b\x32\x1c.nbcluster.events.ActorEventH\x00\x12)\n\x03job\x18\x06 \x01(\x0b\x32\x1a.nbcluster.events.JobEventH\x00\x12\x34\n\x06object\x18\x07 \x01(\x0b\x32\".nbcluster.events.ObjectStoreEventH\x00\x12,\n\x07\x64ropped\x18\x08 \x01(\x0b\x32\x19.nbcluster.events.DroppedH\x00\x12\x37\n\nautoscaler\x18\t \x01(\x0b\x32!.nbcluster.events.AutoscalerEventH\x00\x42\x06\n\x04\x62ody\"X\n\nEventBatch\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.nbcluster.events.Event\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12\x0f\n\x07head_id\x18\x03 \x01(\t2Y\n\x06\x45vents\x12O\n\tSubscribe\x12\".nbcluster.events.SubscribeRequest\x1a\x1c.nbcluster.events.EventBatch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,12 +44,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBEVENT']._serialized_end=446
   _globals['_OBJECTSTOREEVENT']._serialized_start=448
   _globals['_OBJECTSTOREEVENT']._serialized_end=551
-  _globals['_DROPPED']._serialized_start=553
-  _globals['_DROPPED']._serialized_end=577
-  _globals['_EVENT']._serialized_start=580
-  _globals['_EVENT']._serialized_end=895
-  _globals['_EVENTBATCH']._serialized_start=897
-  _globals['_EVENTBATCH']._serialized_end=985
-  _globals['_EVENTS']._serialized_start=987
-  _globals['_EVENTS']._serialized_end=1076
+  _globals['_AUTOSCALEREVENT']._serialized_start=553
+  _globals['_AUTOSCALEREVENT']._serialized_end=588
+  _globals['_DROPPED']._serialized_start=590
+  _globals['_DROPPED']._serialized_end=614
+  _globals['_EVENT']._serialized_start=617
+  _globals['_EVENT']._serialized_end=989
+  _globals['_EVENTBATCH']._serialized_start=991
+  _globals['_EVENTBATCH']._serialized_end=1079
+  _globals['_EVENTS']._serialized_start=1081
+  _globals['_EVENTS']._serialized_end=1170
 # @@protoc_insertion_point(module_scope)

@@ -62,6 +62,12 @@ class ObjectStoreEvent(_message.Message):
     capacity: int
     def __init__(self, node_id: _Optional[bytes] = ..., node_name: _Optional[str] = ..., used: _Optional[int] = ..., spilled: _Optional[int] = ..., capacity: _Optional[int] = ...) -> None: ...
 
+class AutoscalerEvent(_message.Message):
+    __slots__ = ("last_seq",)
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    last_seq: int
+    def __init__(self, last_seq: _Optional[int] = ...) -> None: ...
+
 class Dropped(_message.Message):
     __slots__ = ("count",)
     COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -69,7 +75,7 @@ class Dropped(_message.Message):
     def __init__(self, count: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("seq", "time", "task", "node", "actor", "job", "object", "dropped")
+    __slots__ = ("seq", "time", "task", "node", "actor", "job", "object", "dropped", "autoscaler")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +84,7 @@ class Event(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
+    AUTOSCALER_FIELD_NUMBER: _ClassVar[int]
     seq: int
     time: float
     task: _nbcluster_pb2.TaskEvent
@@ -86,7 +93,8 @@ class Event(_message.Message):
     job: JobEvent
     object: ObjectStoreEvent
     dropped: Dropped
-    def __init__(self, seq: _Optional[int] = ..., time: _Optional[float] = ..., task: _Optional[_Union[_nbcluster_pb2.TaskEvent, _Mapping]] = ..., node: _Optional[_Union[NodeEvent, _Mapping]] = ..., actor: _Optional[_Union[ActorEvent, _Mapping]] = ..., job: _Optional[_Union[JobEvent, _Mapping]] = ..., object: _Optional[_Union[ObjectStoreEvent, _Mapping]] = ..., dropped: _Optional[_Union[Dropped, _Mapping]] = ...) -> None: ...
+    autoscaler: AutoscalerEvent
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[float] = ..., task: _Optional[_Union[_nbcluster_pb2.TaskEvent, _Mapping]] = ..., node: _Optional[_Union[NodeEvent, _Mapping]] = ..., actor: _Optional[_Union[ActorEvent, _Mapping]] = ..., job: _Optional[_Union[JobEvent, _Mapping]] = ..., object: _Optional[_Union[ObjectStoreEvent, _Mapping]] = ..., dropped: _Optional[_Union[Dropped, _Mapping]] = ..., autoscaler: _Optional[_Union[AutoscalerEvent, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("events", "snapshot", "head_id")
