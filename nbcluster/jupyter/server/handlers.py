@@ -17,7 +17,12 @@ route                                      verb    body / answer
 ``clusters/<id>/connect-code``             POST    ``ConnectCodeModel``
 ``clusters/<id>/load``                     GET     ``LoadModel``
 ``addresses``                              POST    ``AddressRequest`` → ``ClusterModel``
+``updates?after=N&timeout=S``              GET     ``UpdatesModel`` (long poll)
 =========================================  ======  ================================
+
+``updates`` is what the lab extension listens to: it answers as soon as the list of
+clusters or a load changed after version ``N`` (the heads push their changes to the
+server, :mod:`.watch`), or after ``S`` seconds (default 25, at most 60) unchanged.
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ from nbcluster.jupyter.server.models import (
     parse_address_request,
     parse_scale_request,
     parse_start_request,
+    parse_updates_query,
     valid_cluster_id,
 )
+from nbcluster.jupyter.server.watch import ClusterWatcher
 
 __all__ = [
     "API_PREFIX",
@@ -56,6 +63,7 @@ __all__ = [
     "ConnectCodeHandler",
     "LoadHandler",
     "NbclusterHandler",
+    "UpdatesHandler",
     "routes",
 ]
 
@@ -80,6 +88,16 @@ class NbclusterHandler(APIHandler):
     def manager(self) -> ClusterManager:
         """The server's :class:`ClusterManager` (set up by the extension app)."""
         return self.settings["nbcluster_manager"]
+
+    @property
+    def watcher(self) -> ClusterWatcher | None:
+        """The server's :class:`ClusterWatcher` (None when the app made none)."""
+        return self.settings.get("nbcluster_watcher")
+
+    def changed(self) -> None:
+        """The panel changed a cluster: the watcher rescans at once."""
+        if self.watcher is not None:
+            self.watcher.poke()
 
     def kernel_pids(self) -> dict[int, str]:
         """PID → kernel id of this server's kernels (read on the event loop thread)."""
@@ -153,6 +171,7 @@ class ClustersHandler(NbclusterHandler):
         """Start a cluster: ``{"num_cpus": int, "nodes": int}``."""
         req = self.parse(parse_start_request, self.manager.limits)
         model = await self.call(self.manager.start, req["num_cpus"], req["nodes"])
+        self.changed()
         self.reply(model, 201)
 
 
@@ -172,7 +191,9 @@ class ClusterHandler(NbclusterHandler):
         """Scale a cluster started from the panel: ``{"nodes": int}``."""
         cid = self.cluster_id(cluster_id)
         req = self.parse(parse_scale_request, self.manager.limits)
-        self.reply(await self.call(self.manager.scale, cid, req["nodes"]))
+        model = await self.call(self.manager.scale, cid, req["nodes"])
+        self.changed()
+        self.reply(model)
 
     @web.authenticated
     @authorized
@@ -180,6 +201,7 @@ class ClusterHandler(NbclusterHandler):
         """Stop a cluster started from the panel, or forget an added address."""
         cid = self.cluster_id(cluster_id)
         await self.call(self.manager.stop, cid)
+        self.changed()
         self.set_status(204)
         self.finish()
 
@@ -215,7 +237,27 @@ class AddressesHandler(NbclusterHandler):
         """``{"address": "host:port"}`` → the new list entry."""
         req = self.parse(parse_address_request)
         model = await self.call(self.manager.add_address, req["address"], self.kernel_pids())
+        self.changed()
         self.reply(model, 201)
+
+
+class UpdatesHandler(NbclusterHandler):
+    """``/nbcluster/api/updates``: the list and the loads, when they change (long poll)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """``UpdatesModel`` once its version passes ``after`` (or at ``timeout``)."""
+        try:
+            after, timeout = parse_updates_query(
+                self.get_query_argument("after", None), self.get_query_argument("timeout", None)
+            )
+        except BadRequest as err:
+            raise web.HTTPError(400, str(err)) from None
+        watcher = self.watcher
+        if watcher is None:
+            raise web.HTTPError(503, "updates are not available: the cluster watcher is off")
+        self.reply(await watcher.wait(after, timeout))
 
 
 def routes() -> list[tuple[str, type[NbclusterHandler]]]:
@@ -227,4 +269,5 @@ def routes() -> list[tuple[str, type[NbclusterHandler]]]:
         (rf"{cluster}/connect-code", ConnectCodeHandler),
         (rf"{cluster}/load", LoadHandler),
         (rf"{API_PREFIX}/addresses", AddressesHandler),
+        (rf"{API_PREFIX}/updates", UpdatesHandler),
     ]
