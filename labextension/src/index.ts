@@ -15,6 +15,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { asNotebook, INotebookLike, kernelIdOf } from './notebook';
+import { asNotebookWithMetadata, NotebookMetadataSync } from './notebookmeta';
 import { ClusterPanel } from './panel';
 import { ClusterStatusItem } from './statusbar';
 import { ClusterStore, DEFAULT_POLL_INTERVAL } from './store';
@@ -79,6 +80,21 @@ function activate(
     await app.commands.execute('notebook:run-cell');
     store.markConnected(id, kernelIdOf(notebook));
   };
+
+  // Notebooks carry their cluster: %cluster start's record goes into the metadata, and a
+  // notebook's record goes to its kernel when the kernel starts.
+  const metadataSync = new NotebookMetadataSync();
+  const trackNotebooks = (): void => {
+    for (const widget of app.shell.widgets('main')) {
+      const notebook = asNotebookWithMetadata(widget);
+      if (notebook !== null) {
+        metadataSync.track(notebook);
+      }
+    }
+  };
+  labShell?.layoutModified.connect(trackNotebooks);
+  labShell?.currentChanged.connect(trackNotebooks);
+  app.restored.then(trackNotebooks).catch(() => undefined);
 
   const panel = new ClusterPanel(store, { insertConnectCode });
   panel.title.icon = clusterIcon;

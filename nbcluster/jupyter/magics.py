@@ -3,7 +3,8 @@
 Load with ``%load_ext nbcluster``. Subcommands::
 
     %cluster start [--num-cpus N] [--num-gpus N] [--nodes K] [--object-store-memory SIZE]
-                   [--max-nodes N [--idle-timeout SECONDS]] [--on-interrupt cancel|keep]
+                   [--max-nodes N [--idle-timeout SECONDS]] [--runtime-env JSON]
+                   [--on-interrupt cancel|keep] [--ignore-metadata]
     %cluster connect ADDRESS|auto [--on-interrupt cancel|keep]
     %cluster status
     %cluster scale N
@@ -12,12 +13,19 @@ Load with ``%load_ext nbcluster``. Subcommands::
 
 ``%cluster SUBCOMMAND --help`` shows each one's usage. Arguments are parsed with
 ``argparse`` and typed converters; nothing typed after ``%cluster`` is ever evaluated.
+
+``%cluster start`` records the cluster it starts in the notebook's metadata (through the
+JupyterLab extension); ``%cluster start`` without arguments in a notebook that has such a
+record starts that cluster again and says so (:mod:`nbcluster.jupyter.notebook_spec`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
+import inspect
+import json
 import math
 import re
 import shlex
@@ -30,8 +38,10 @@ import nbcluster
 from nbcluster import state
 from nbcluster._sizing import choose_cluster_size, detect_container_limits
 from nbcluster.config import Config
+from nbcluster.jupyter import notebook_spec
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
+from nbcluster.jupyter.notebook_spec import ClusterSpec, NotebookMetadataError
 
 __all__ = [
     "ClusterMagics",
@@ -87,6 +97,19 @@ def _amount(text: str) -> float:
     return int(value) if value.is_integer() else value
 
 
+def _runtime_env(text: str) -> dict[str, Any]:
+    """A JSON object: Ray's ``runtime_env`` (``{"env_vars": {...}, "pip": [...]}``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err}): {text!r:.60}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            'expected a JSON object like \'{"env_vars": {"NAME": "value"}}\''
+        )
+    return value
+
+
 def _positive_int(text: str) -> int:
     """A whole number >= 1 (nodes)."""
     try:
@@ -127,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--num-cpus", type=_amount, metavar="N", help="CPUs per node")
     start.add_argument("--num-gpus", type=_amount, metavar="N", help="GPUs per node")
-    start.add_argument("--nodes", type=_positive_int, default=1, metavar="K", help="node managers")
+    start.add_argument("--nodes", type=_positive_int, metavar="K", help="node managers (1)")
     start.add_argument(
         "--max-nodes",
         type=_positive_int,
@@ -145,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_size,
         metavar="SIZE",
         help="object store size per node: bytes, or 512MB, 2GiB, ...",
+    )
+    start.add_argument(
+        "--runtime-env",
+        type=_runtime_env,
+        metavar="JSON",
+        help="the job's runtime environment, as Ray's runtime_env (a JSON object)",
+    )
+    start.add_argument(
+        "--ignore-metadata",
+        action="store_true",
+        help="without arguments: do not start the cluster recorded in the notebook",
     )
     _add_on_interrupt(start)
 
@@ -175,18 +209,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _autoscale_config(args: argparse.Namespace) -> dict[str, Any]:
+#: The ``%cluster start`` arguments that shape the cluster (and go into the notebook).
+_SHAPE = (
+    "num_cpus",
+    "num_gpus",
+    "nodes",
+    "object_store_memory",
+    "max_nodes",
+    "idle_timeout",
+    "runtime_env",
+)
+
+
+def _autoscale_config(spec: ClusterSpec) -> dict[str, Any]:
     """``--max-nodes``/``--idle-timeout`` as config overrides for ``init()``."""
-    if args.max_nodes is None:
-        if args.idle_timeout is not None:
+    if spec.max_nodes is None:
+        if spec.idle_timeout is not None:
             raise UsageError("%cluster start: --idle-timeout needs --max-nodes N (autoscaling)")
         return {}
-    if args.max_nodes < args.nodes:
+    if spec.max_nodes < spec.nodes:
         raise UsageError(
-            f"%cluster start: --max-nodes ({args.max_nodes}) must be at least --nodes ({args.nodes})"
+            f"%cluster start: --max-nodes ({spec.max_nodes}) must be at least --nodes ({spec.nodes})"
         )
-    idle = args.idle_timeout if args.idle_timeout is not None else 60.0
-    return {"autoscale_max_nodes": args.max_nodes, "autoscale_idle_timeout_s": float(idle)}
+    idle = spec.idle_timeout if spec.idle_timeout is not None else 60.0
+    return {"autoscale_max_nodes": spec.max_nodes, "autoscale_idle_timeout_s": float(idle)}
+
+
+def _check_runtime_env_support() -> None:
+    if "runtime_env" not in inspect.signature(nbcluster.init).parameters:
+        raise UsageError(
+            "%cluster start: this nbcluster's init() takes no runtime_env; start without "
+            "--runtime-env (or upgrade nbcluster)"
+        )
 
 
 def _add_on_interrupt(parser: argparse.ArgumentParser) -> None:
@@ -223,13 +277,9 @@ class ClusterMagics(Magics):
 
     # -- subcommands ---------------------------------------------------------------------
     def _start(self, args: argparse.Namespace) -> ClusterView:
+        given = [name for name in _SHAPE if getattr(args, name) is not None]
         if state.is_connected():
             view = self._attach(args.on_interrupt)
-            given = [
-                name
-                for name in ("num_cpus", "num_gpus", "object_store_memory", "max_nodes")
-                if getattr(args, name) is not None
-            ] + (["nodes"] if args.nodes != 1 else [])
             if given:
                 print(
                     f"nbcluster: already connected to {view.address}; ignored "
@@ -237,28 +287,61 @@ class ClusterMagics(Magics):
                     "Run %cluster stop first to start a different cluster."
                 )
             return view
+        spec = ClusterSpec(**{n: getattr(args, n) for n in given})
+        if not given and not args.ignore_metadata:
+            spec = self._saved_spec() or spec
+        autoscale = _autoscale_config(spec)
+        if spec.runtime_env:
+            _check_runtime_env_support()
         config = Config.from_env()
         size = choose_cluster_size(
             detect_container_limits(shm_dir=config.store_base_dir),
-            nodes=args.nodes,
-            num_cpus=args.num_cpus,
-            object_store_memory=args.object_store_memory or config.object_store_memory,
+            nodes=spec.nodes,
+            num_cpus=spec.num_cpus,
+            object_store_memory=spec.object_store_memory or config.object_store_memory,
         )
-        autoscale = _autoscale_config(args)
+        extra: dict[str, Any] = {"runtime_env": spec.runtime_env} if spec.runtime_env else {}
         nbcluster.init(
             num_cpus=size["num_cpus"],
-            num_gpus=args.num_gpus,
+            num_gpus=spec.num_gpus,
             object_store_memory=size["object_store_memory"],
-            _nodes=args.nodes,
+            _nodes=spec.nodes,
             _system_config=autoscale or None,
+            **extra,
         )
         print(size["message"])
         if autoscale:
             print(
-                f"nbcluster: autoscaling up to {args.max_nodes} nodes; a node added under load "
+                f"nbcluster: autoscaling up to {spec.max_nodes} nodes; a node added under load "
                 f"leaves after {autoscale['autoscale_idle_timeout_s']:g}s idle"
             )
+        # The notebook remembers the CPUs it ran with; the store size only when asked for
+        # (memory depends on the machine, and is chosen again where the notebook runs).
+        notebook_spec.publish(dataclasses.replace(spec, num_cpus=size["num_cpus"]))
         return self._attach(args.on_interrupt)
+
+    def _saved_spec(self) -> ClusterSpec | None:
+        """The cluster recorded in this notebook (said aloud), or None."""
+        try:
+            found = notebook_spec.find_saved_metadata(self.shell.user_ns)
+            if found is None:
+                return None
+            record, where = found
+            spec = notebook_spec.spec_from_metadata(record)
+        except NotebookMetadataError as err:
+            raise UsageError(
+                f"%cluster start: the notebook's nbcluster metadata cannot be used: {err}. "
+                "Start with arguments to replace it, or with --ignore-metadata."
+            ) from None
+        print(f"nbcluster: starting the cluster recorded in {where}: {spec.arguments()}")
+        then = record.get("recorded_with") if isinstance(record, dict) else None
+        now = notebook_spec.recorded_with()
+        if isinstance(then, dict) and then != now:
+            was = ", ".join(f"{k} {then.get(k, '?')}" for k in now)
+            print(
+                f"nbcluster: (recorded with {was}; this kernel has {', '.join(f'{k} {v}' for k, v in now.items())})"
+            )
+        return spec
 
     def _connect(self, args: argparse.Namespace) -> ClusterView:
         if state.is_connected():

@@ -161,13 +161,14 @@ class Kernel:
 
 
 @pytest.fixture
-def kernel() -> Iterator[Callable[[], Kernel]]:
-    """Factory: start a real ipykernel; all are shut down and leak-checked at teardown."""
+def kernel() -> Iterator[Callable[..., Kernel]]:
+    """Factory: ``kernel(env={...})`` starts a real ipykernel (with extra environment
+    variables); all are shut down and leak-checked at teardown."""
     started: list[Kernel] = []
 
-    def start() -> Kernel:
+    def start(env: dict[str, str] | None = None) -> Kernel:
         km = KernelManager(kernel_name="python3")
-        km.start_kernel(env={**os.environ}, cwd=os.getcwd())
+        km.start_kernel(env={**os.environ, **(env or {})}, cwd=os.getcwd())
         try:
             k = Kernel(km)
         except BaseException:

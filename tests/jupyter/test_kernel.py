@@ -185,3 +185,33 @@ def test_cluster_dies_on_kernel_restart(kernel):
     session_2 = k.start_cluster()
     assert session_2 != session_dir
     k.run("import nbcluster; assert nbcluster.get(nbcluster.put(5)) == 5")
+
+
+def test_a_notebook_file_carries_its_cluster_to_a_new_kernel(kernel, tmp_path):
+    """As in CI or Binder: the kernel of a saved notebook (``JPY_SESSION_NAME``, which
+    jupyter_server sets and nbclient users pass) starts the cluster its metadata records."""
+    import json
+
+    record = {"version": 1, "cluster": {"num_cpus": 1, "nodes": 2}}
+    nb = tmp_path / "carried.ipynb"
+    nb.write_text(json.dumps({"cells": [], "metadata": {"nbcluster": record}, "nbformat": 4}))
+    k = kernel(env={"JPY_SESSION_NAME": str(nb)})
+    cell = k.run("%load_ext nbcluster\n%cluster start")
+    k.wait_for(lambda: "recorded in" in k.stream_text(cell), what="the recreation message")
+    assert (
+        "nbcluster: starting the cluster recorded in the metadata of carried.ipynb: "
+        "--num-cpus 1 --nodes 2"
+    ) in k.stream_text(cell)
+    # The start is recorded again, for the front end to store.
+    records = [
+        m["content"]["data"]["application/vnd.nbcluster.notebook-metadata+json"]
+        for m in k.messages
+        if m["msg_type"] == "display_data"
+        and m["parent_header"].get("msg_id") == cell
+        and "application/vnd.nbcluster.notebook-metadata+json" in m["content"]["data"]
+    ]
+    assert [r["cluster"] for r in records] == [{"num_cpus": 1, "nodes": 2}]
+    k.session_dirs.append(
+        k.eval_text("__import__('nbcluster').state.session_info()['session_dir']")
+    )
+    assert k.eval_text("len(__import__('nbcluster').state.node_stats())") == "2"
