@@ -10,7 +10,12 @@
   printing stays;
 - the interrupt handler (:class:`InterruptHandler`), so interrupting a cell that waits
   in ``get``/``wait`` cancels the tasks that cell submitted (``on_interrupt="cancel"``)
-  or leaves them running and says how many (``"keep"``).
+  or leaves them running and says how many (``"keep"``);
+- in an ipykernel, the keep-alive (:class:`KeepAlive`): while tasks this kernel submitted
+  run and no cell executes, the kernel reports activity every ``NBCLUSTER_KEEPALIVE_S``
+  seconds (default 60; 0 turns it off), so an idle culler (jupyter_server's, Binder's)
+  does not shut down a kernel whose cluster is working. When the culler does shut the
+  kernel down, its cluster ends with it (the parent-death watch).
 
 The hooks belong to one connection: after ``shutdown()`` and a new ``init()`` they are
 installed again (``%cluster start``/``connect`` do it, and so does the check the
@@ -20,7 +25,9 @@ extension runs before and after every cell).
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal
@@ -28,12 +35,67 @@ from typing import Any, Literal
 from nbcluster import state
 from nbcluster.jupyter.output import OutputRouter, cell_header, kernel_of
 
-__all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KernelHooks", "OnInterrupt"]
+__all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KeepAlive", "KernelHooks", "OnInterrupt"]
 
 log = logging.getLogger(__name__)
 
 OnInterrupt = Literal["cancel", "keep"]
 ON_INTERRUPT_CHOICES: tuple[OnInterrupt, ...] = ("cancel", "keep")
+#: Seconds between two activity reports while tasks run (environment variable; 0: off).
+KEEPALIVE_ENV = "NBCLUSTER_KEEPALIVE_S"
+DEFAULT_KEEPALIVE_S = 60.0
+
+
+def keepalive_interval() -> float:
+    """``$NBCLUSTER_KEEPALIVE_S`` (default 60 s; 0 or less turns the keep-alive off)."""
+    raw = os.environ.get(KEEPALIVE_ENV, "")
+    try:
+        return float(raw) if raw else DEFAULT_KEEPALIVE_S
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %s", KEEPALIVE_ENV, raw, 60)
+        return DEFAULT_KEEPALIVE_S
+
+
+class KeepAlive:
+    """Reports kernel activity while ``working()`` says tasks run and no cell executes.
+
+    The report is an iopub ``status: idle`` message with no parent: true (no cell runs),
+    ignored by front ends, and counted as activity by jupyter_server (which is what its
+    culler and JupyterHub's, through the server's last activity, look at). A thread
+    ``nbcluster-keepalive`` checks every ``interval`` seconds; :meth:`close` stops it.
+    """
+
+    def __init__(self, kernel: Any, working: Callable[[], bool], interval: float) -> None:
+        self._kernel = kernel
+        self._working = working
+        self.interval = interval
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nbcluster-keepalive", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if self._working():
+                    self.beat()
+            except Exception:  # noqa: BLE001 - a keep-alive must never disturb the kernel
+                log.debug("nbcluster keep-alive failed", exc_info=True)
+
+    def beat(self) -> None:
+        """Publish one activity report now."""
+        kernel = self._kernel
+        topic = kernel._topic("status") if hasattr(kernel, "_topic") else b"kernel.status"
+        kernel.session.send(
+            kernel.iopub_socket, "status", {"execution_state": "idle"}, parent={}, ident=topic
+        )
+        self.sent += 1
+
+    def close(self) -> None:
+        """Stop reporting."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)
 
 
 class InterruptHandler:
@@ -87,6 +149,8 @@ class KernelHooks:
         self._installed_job = ""
         self._kernel = kernel_of(shell)
         self._plain_cell: dict[str, Any] | None = None  # outside a kernel: the running cell
+        self._cell_running = False
+        self.keepalive: KeepAlive | None = None
 
     @property
     def on_interrupt(self) -> OnInterrupt:
@@ -108,7 +172,19 @@ class KernelHooks:
             if self._router is None:
                 self._router = OutputRouter(kernel)
             state.set_output_handler(self._router.handle)
+            interval = keepalive_interval()
+            if self.keepalive is None and interval > 0:
+                self.keepalive = KeepAlive(kernel, self.tasks_running_idle, interval)
         self._installed_job = state.session_info()["job_id"]
+
+    def tasks_running_idle(self) -> bool:
+        """True when no cell executes and tasks this kernel submitted have not finished."""
+        if self._cell_running or not state.is_connected():
+            return False
+        try:
+            return bool(state.pending_tasks())
+        except Exception:  # noqa: BLE001 - a driver without a task table (client mode)
+            return False
 
     def ensure_installed(self) -> None:
         """Install the hooks if the process has a connection they are not on yet."""
@@ -125,6 +201,9 @@ class KernelHooks:
         if self._router is not None:
             self._router.close()
             self._router = None
+        if self.keepalive is not None:
+            self.keepalive.close()
+            self.keepalive = None
 
     def flush(self) -> None:
         """Publish buffered task output now."""
@@ -139,10 +218,12 @@ class KernelHooks:
 
     def cell_started(self) -> None:
         """A cell starts (``pre_run_cell``): outside a kernel, give it a name."""
+        self._cell_running = True
         if self._kernel is None:
             self._plain_cell = {"msg_id": f"ipython-{uuid.uuid4().hex}", "msg_type": "cell"}
 
     def cell_finished(self) -> None:
         """A cell finished (``post_run_cell``): outside a kernel, no cell runs now."""
+        self._cell_running = False
         if self._kernel is None:
             self._plain_cell = None
