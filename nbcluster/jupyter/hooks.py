@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from nbcluster import state
-from nbcluster.jupyter.output import OutputRouter, cell_header, kernel_of
+from nbcluster.jupyter.output import OUTPUT_MODES, OutputRouter, cell_header, kernel_of
 
 __all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KeepAlive", "KernelHooks", "OnInterrupt"]
 
@@ -44,6 +44,15 @@ ON_INTERRUPT_CHOICES: tuple[OnInterrupt, ...] = ("cancel", "keep")
 #: Seconds between two activity reports while tasks run (environment variable; 0: off).
 KEEPALIVE_ENV = "NBCLUSTER_KEEPALIVE_S"
 DEFAULT_KEEPALIVE_S = 60.0
+
+
+def _default_output_mode() -> str:
+    """``"log"`` when the log-area widget can be made here, else ``"stream"``."""
+    try:
+        import anywidget  # noqa: F401 - only whether it is there
+    except ImportError:
+        return "stream"
+    return "log"
 
 
 def keepalive_interval() -> float:
@@ -150,6 +159,7 @@ class KernelHooks:
         self._kernel = kernel_of(shell)
         self._plain_cell: dict[str, Any] | None = None  # outside a kernel: the running cell
         self._cell_running = False
+        self._output_mode = _default_output_mode()
         self.keepalive: KeepAlive | None = None
 
     @property
@@ -163,6 +173,19 @@ class KernelHooks:
             raise ValueError(f"on_interrupt must be one of {ON_INTERRUPT_CHOICES}, got {value!r}")
         self.interrupt_handler.on_interrupt = value
 
+    @property
+    def output_mode(self) -> str:
+        """Where task output goes in a kernel: ``"log"`` (each cell's log area) or ``"stream"``."""
+        return self._output_mode
+
+    @output_mode.setter
+    def output_mode(self, value: str) -> None:
+        if value not in OUTPUT_MODES:
+            raise ValueError(f"output mode must be one of {OUTPUT_MODES}, got {value!r}")
+        self._output_mode = value
+        if self._router is not None:
+            self._router.mode = value
+
     def install(self) -> None:
         """Install the hooks on the current connection (it must exist)."""
         state.set_submit_context_provider(self.current_cell)
@@ -170,7 +193,10 @@ class KernelHooks:
         kernel = self._kernel
         if kernel is not None:
             if self._router is None:
-                self._router = OutputRouter(kernel)
+                self._router = OutputRouter(kernel, mode=self._output_mode)
+                if self._cell_running:  # installed by the cell that runs now
+                    header = cell_header(self.shell)
+                    self._router.areas.cell_started(str(header["msg_id"]) if header else None)
             state.set_output_handler(self._router.handle)
             interval = keepalive_interval()
             if self.keepalive is None and interval > 0:
@@ -211,19 +237,33 @@ class KernelHooks:
             self._router.flush()
 
     def current_cell(self) -> dict[str, Any] | None:
-        """The header naming the cell that runs now (the submit context of its tasks)."""
+        """The header naming the cell that runs now (the submit context of its tasks).
+
+        The driver calls it for every submission, so it also tells the cell's log area
+        that the cell submitted work.
+        """
         if self._kernel is not None:
-            return cell_header(self.shell)
+            header = cell_header(self.shell)
+            if header is not None and self._router is not None:
+                self._router.areas.submitted(str(header["msg_id"]))
+            return header
         return self._plain_cell
 
     def cell_started(self) -> None:
         """A cell starts (``pre_run_cell``): outside a kernel, give it a name."""
         self._cell_running = True
+        if self._router is not None:
+            header = cell_header(self.shell)
+            self._router.areas.cell_started(str(header["msg_id"]) if header else None)
         if self._kernel is None:
             self._plain_cell = {"msg_id": f"ipython-{uuid.uuid4().hex}", "msg_type": "cell"}
 
     def cell_finished(self) -> None:
-        """A cell finished (``post_run_cell``): outside a kernel, no cell runs now."""
+        """A cell finished (``post_run_cell``): its log area is put in place if it submitted
+        work; outside a kernel, no cell runs now."""
         self._cell_running = False
+        if self._router is not None:
+            self._router.flush()
+            self._router.areas.cell_finished(cell_header(self.shell))
         if self._kernel is None:
             self._plain_cell = None

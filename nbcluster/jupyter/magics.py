@@ -10,6 +10,7 @@ Load with ``%load_ext nbcluster``. Subcommands::
     %cluster scale N
     %cluster stop
     %cluster widgets
+    %cluster output [log|stream]
 
 ``%cluster SUBCOMMAND --help`` shows each one's usage. Arguments are parsed with
 ``argparse`` and typed converters; nothing typed after ``%cluster`` is ever evaluated.
@@ -206,8 +207,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "widgets", help="show the live dashboard", description="Show the live dashboard."
     )
+    output = sub.add_parser(
+        "output",
+        help="where task output goes: each cell's log area, or plain stream output",
+        description="log: one collapsible log area per cell, with filters (the default where "
+        "widgets work); stream: task output printed under the cell as plain text. Without "
+        "an argument, show the current choice.",
+    )
+    output.add_argument("mode", nargs="?", choices=("log", "stream"), help="log or stream")
     return parser
 
+
+_OUTPUT_TEXT = {
+    "log": "each cell's log area (log)",
+    "stream": "the cell as plain text (stream)",
+}
 
 #: The ``%cluster start`` arguments that shape the cluster (and go into the notebook).
 _SHAPE = (
@@ -399,6 +413,11 @@ class ClusterMagics(Magics):
                 "%cluster status shows the cluster as text"
             )
         return dashboard()
+
+    def _output(self, args: argparse.Namespace) -> None:
+        if args.mode is not None:
+            self.hooks.output_mode = args.mode
+        print(f"nbcluster: task output goes to {_OUTPUT_TEXT[self.hooks.output_mode]}")
 
     # -- helpers -------------------------------------------------------------------------
     def _attach(self, on_interrupt: str | None) -> ClusterView:

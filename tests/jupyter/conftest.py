@@ -137,6 +137,45 @@ class Kernel:
         """All stream text seen so far (of the cell ``msg_id``, if given)."""
         return "".join(m["content"]["text"] for m in self.streams(msg_id))
 
+    def log_area(self, msg_id: str) -> str | None:
+        """The widget model id of the cell ``msg_id``'s log area, once it is displayed."""
+        for m in self.messages:
+            if m["msg_type"] == "display_data" and m["parent_header"].get("msg_id") == msg_id:
+                view = m["content"]["data"].get("application/vnd.jupyter.widget-view+json")
+                if view and self.widget_state(view["model_id"]).get("_anywidget_id", "").endswith(
+                    "CellLog"
+                ):
+                    return str(view["model_id"])
+        return None
+
+    def task_output(self, msg_id: str) -> str:
+        """What tasks of the cell ``msg_id`` printed: its log area's lines and its streams."""
+        area = self.log_area(msg_id)
+        lines = self.widget_state(area).get("lines", []) if area else []
+        return "".join(line[4] for line in lines) + self.stream_text(msg_id)
+
+    def widget_state(self, model_id: str) -> dict[str, Any]:
+        """A widget's state as the front end knows it: its comm_open, then every update."""
+        state: dict[str, Any] = {}
+        for m in self.messages:
+            content = m["content"]
+            if content.get("comm_id") != model_id:
+                continue
+            data = content.get("data", {})
+            if m["msg_type"] == "comm_open" or data.get("method") == "update":
+                state.update(data.get("state", {}))
+        return state
+
+    def comm_updates(self, model_id: str) -> list[dict[str, Any]]:
+        """The ``update`` messages a widget sent, in order."""
+        return [
+            m
+            for m in self.messages
+            if m["msg_type"] == "comm_msg"
+            and m["content"].get("comm_id") == model_id
+            and m["content"].get("data", {}).get("method") == "update"
+        ]
+
     def eval_text(self, expr: str) -> str:
         """Print ``expr`` in the kernel between markers and return what it printed."""
         msg_id = self.run(f"print('<<<' + str({expr}) + '>>>')")

@@ -520,3 +520,13 @@ def test_runtime_env_is_passed_and_recorded(
     with pytest.raises(UsageError, match=r"--runtime-env: expected a JSON object"):
         magic("start --runtime-env '[1]'")
     assert not nbcluster.is_initialized()
+
+
+def test_output_mode_magic(magic: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    magic("output")
+    assert capsys.readouterr().out == "nbcluster: task output goes to each cell's log area (log)\n"
+    magic("output stream")
+    assert "the cell as plain text (stream)" in capsys.readouterr().out
+    magic("output log")
+    with pytest.raises(UsageError, match="invalid choice: 'html'"):
+        magic("output html")
