@@ -11,6 +11,9 @@
 - the interrupt handler (:class:`InterruptHandler`), so interrupting a cell that waits
   in ``get``/``wait`` cancels the tasks that cell submitted (``on_interrupt="cancel"``)
   or leaves them running and says how many (``"keep"``);
+- after every cell, the output-ref policy (:mod:`~nbcluster.jupyter.memory`): refs
+  kept only by IPython's output history (``Out[n]``) are dropped (default: all but the
+  10 most recent such outputs);
 - in an ipykernel, the keep-alive (:class:`KeepAlive`): while tasks this kernel submitted
   run and no cell executes, the kernel reports activity every ``NBCLUSTER_KEEPALIVE_S``
   seconds (default 60; 0 turns it off), so an idle culler (jupyter_server's, Binder's)
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from nbcluster import state
+from nbcluster.jupyter.memory import DEFAULT_OUT_POLICY, OutPolicy, apply_out_policy
 from nbcluster.jupyter.output import OUTPUT_MODES, OutputRouter, cell_header, kernel_of
 
 __all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KeepAlive", "KernelHooks", "OnInterrupt"]
@@ -161,6 +165,8 @@ class KernelHooks:
         self._cell_running = False
         self._output_mode = _default_output_mode()
         self.keepalive: KeepAlive | None = None
+        #: What happens to refs kept in ``Out[n]`` after each cell (``%cluster out-refs``).
+        self.out_policy: OutPolicy = DEFAULT_OUT_POLICY
 
     @property
     def on_interrupt(self) -> OnInterrupt:
@@ -260,8 +266,13 @@ class KernelHooks:
 
     def cell_finished(self) -> None:
         """A cell finished (``post_run_cell``): its log area is put in place if it submitted
-        work; outside a kernel, no cell runs now."""
+        work; ``Out[n]`` refs the output-ref policy no longer keeps are dropped; outside a
+        kernel, no cell runs now."""
         self._cell_running = False
+        try:
+            apply_out_policy(self.shell.user_ns, self.out_policy, self.shell)
+        except Exception:  # noqa: BLE001 - never break the cell that just ran
+            log.debug("nbcluster: applying the output-ref policy failed", exc_info=True)
         if self._router is not None:
             self._router.flush()
             self._router.areas.cell_finished(cell_header(self.shell))

@@ -11,6 +11,7 @@ Load with ``%load_ext nbcluster``. Subcommands::
     %cluster stop
     %cluster widgets
     %cluster output [log|stream]
+    %cluster out-refs [keep|clear|last N]
 
 ``%cluster SUBCOMMAND --help`` shows each one's usage. Arguments are parsed with
 ``argparse`` and typed converters; nothing typed after ``%cluster`` is ever evaluated.
@@ -42,6 +43,7 @@ from nbcluster.config import Config
 from nbcluster.jupyter import notebook_spec
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
+from nbcluster.jupyter.memory import parse_out_policy
 from nbcluster.jupyter.notebook_spec import ClusterSpec, NotebookMetadataError
 
 __all__ = [
@@ -215,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
         "an argument, show the current choice.",
     )
     output.add_argument("mode", nargs="?", choices=("log", "stream"), help="log or stream")
+    out_refs = sub.add_parser(
+        "out-refs",
+        help="what happens to refs kept in Out[n] after each cell",
+        description="keep: Out[n] keeps refs (their objects stay in the cluster); clear: "
+        "refs in outputs are dropped after every cell; last N: the N most recent outputs "
+        "keep theirs (the default is last 10). Without arguments, show the policy.",
+    )
+    out_refs.add_argument("policy", nargs="*", metavar="keep|clear|last N")
     return parser
 
 
@@ -287,7 +297,7 @@ class ClusterMagics(Magics):
             args = self._parser.parse_args(argv)
         except _HelpShown:
             return None
-        return getattr(self, f"_{args.command}")(args)
+        return getattr(self, f"_{args.command.replace('-', '_')}")(args)
 
     # -- subcommands ---------------------------------------------------------------------
     def _start(self, args: argparse.Namespace) -> ClusterView:
@@ -413,6 +423,14 @@ class ClusterMagics(Magics):
                 "%cluster status shows the cluster as text"
             )
         return dashboard()
+
+    def _out_refs(self, args: argparse.Namespace) -> None:
+        if args.policy:
+            try:
+                self.hooks.out_policy = parse_out_policy(args.policy)
+            except ValueError as err:
+                raise UsageError(f"%cluster out-refs: {err}") from None
+        print(f"nbcluster: {self.hooks.out_policy.describe()} ({self.hooks.out_policy})")
 
     def _output(self, args: argparse.Namespace) -> None:
         if args.mode is not None:

@@ -530,3 +530,15 @@ def test_output_mode_magic(magic: Any, capsys: pytest.CaptureFixture[str]) -> No
     magic("output log")
     with pytest.raises(UsageError, match="invalid choice: 'html'"):
         magic("output html")
+
+
+def test_out_refs_magic(magic: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    magic("out-refs")
+    assert capsys.readouterr().out == (
+        "nbcluster: the 10 most recent outputs keep their refs; older ones are dropped (last 10)\n"
+    )
+    magic("out-refs clear")
+    assert "dropped after every cell (clear)" in capsys.readouterr().out
+    with pytest.raises(UsageError, match=r"^%cluster out-refs: not an output-ref policy: 'last x'"):
+        magic("out-refs last x")
+    magic("out-refs last 10")
