@@ -37,12 +37,17 @@ $(BIN)/python:
 	$(PIP_INSTALL) --upgrade pip
 
 # The install: redone only when pyproject.toml changes (editable, so source edits need nothing).
-# torch (the `train` extra) first, pinned to the CPU build that these machines keep in their
-# local wheel cache: with it installed, `torch>=2.1` in the extras is satisfied and pip downloads
-# nothing more. (On other machines pick a build yourself; README.md, "Installing torch".)
+# Step 1, torch (the `train` extra), pinned to the CPU build that these machines (and CI) keep
+# in their local wheel cache (pip's find-links, /opt/wheels: torch-2.13.0+cpu, which pip prefers
+# to a plain 2.13.0 from an index). With it installed, `torch>=2.1` in the extras is satisfied
+# and step 2 downloads no CUDA build (a plain `pip install torch` on Linux pulls ~3 GB of CUDA
+# libraries). Elsewhere choose the build with TORCH_PIP_ARGS, e.g.
+#   make TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu' test
+# (README.md, "Installing torch").
 TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(PIP_INSTALL) '$(TORCH_SPEC)'
+	$(PIP_INSTALL) $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'
 	$(PIP_INSTALL) -e '.[test,all]'
 	@touch $@
 

@@ -5,6 +5,8 @@ is internal. Importing this package starts nothing and reads no configuration:
 ``nbcluster.init()`` (or ``%cluster start``) does that.
 """
 
+import importlib
+
 from nbcluster import dag, exceptions, util
 from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
@@ -31,6 +33,11 @@ from nbcluster.cluster import LocalCluster
 __version__ = "0.1.0"
 
 
+#: Libraries imported on first attribute access (``nbcluster.data``, ...), so that
+#: ``import nbcluster`` never imports pyarrow, torch, optuna or starlette.
+_LIBRARIES = frozenset({"data", "serve", "train", "tune"})
+
+
 def __getattr__(name: str) -> object:
     """``nbcluster.widgets`` and ``nbcluster.progress`` load the Jupyter code on first use,
     so ``import nbcluster`` stays light in scripts and workers."""
@@ -42,6 +49,8 @@ def __getattr__(name: str) -> object:
         from nbcluster.jupyter.widgets import progress
 
         return progress
+    if name in _LIBRARIES:  # the libraries load their heavy dependencies on first use
+        return importlib.import_module(f"nbcluster.{name}")
     raise AttributeError(f"module 'nbcluster' has no attribute {name!r}")
 
 
@@ -78,6 +87,7 @@ __all__ = [
     "cancel",
     "cluster_resources",
     "dag",
+    "data",
     "exceptions",
     "get",
     "get_actor",
@@ -91,8 +101,11 @@ __all__ = [
     "progress",
     "put",
     "remote",
+    "serve",
     "shutdown",
     "timeline",
+    "train",
+    "tune",
     "util",
     "wait",
     "widgets",

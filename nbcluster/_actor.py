@@ -22,6 +22,7 @@ from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import deserialize, function_hash, serialize
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method", "get_actor", "kill"]
@@ -162,6 +163,9 @@ class ActorClass(Generic[C]):
         spec.is_async = self._is_async
         spec.max_concurrency = opts.max_concurrency or 0
         spec.namespace = namespace
+        spec.runtime_env = runtime_env_driver.for_submit(  # issue 17: the actor's environment
+            client, opts.runtime_env, client.submit_context() if client.submit_context else None
+        )
         for ref, entry in zip(dep_refs, client.ensure_tracked(dep_refs), strict=True):
             client.value_of(ref.binary(), entry)  # raises the argument's error, if any
             spec.resolved_args.add(
@@ -316,6 +320,8 @@ class ActorHandle:
         return h
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name == "__ray_call__":  # Ray's built-in: fn(actor_instance, *args) in the actor
+            return ActorMethod(self, name, 1)
         if name.startswith("_") and name not in ("__call__",):
             raise AttributeError(name)  # slots not set yet, or private: never a remote method
         methods = self._meta["methods"]

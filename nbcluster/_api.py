@@ -23,6 +23,7 @@ from nbcluster._runtime import context, proc
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, serialize
 from nbcluster.cluster import LocalCluster, find_session
 from nbcluster.config import Config
@@ -71,6 +72,7 @@ def init(
     object_store_memory: int | None = None,
     namespace: str | None = None,
     ignore_reinit_error: bool = False,
+    runtime_env: dict[str, Any] | None = None,
     _nodes: int = 1,
     _node_configs: list[dict[str, Any]] | None = None,
     _system_config: dict[str, Any] | None = None,
@@ -82,6 +84,7 @@ def init(
     this host; ``"host:port"`` joins the cluster whose head listens there (the token is
     read from ``NBCLUSTER_TOKEN``, ``NBCLUSTER_TOKEN_FILE``, or the local session).
     The ``NBCLUSTER_ADDRESS`` environment variable is used when ``address`` is None.
+    ``runtime_env`` is the job's runtime environment: every task and actor inherits it.
 
     A second call raises ``RuntimeError`` unless ``ignore_reinit_error=True``, in which
     case it returns the current connection.
@@ -102,6 +105,7 @@ def init(
                 f"resources must be a dict of name -> amount, got {type(resources).__name__}"
             )
         config = Config.from_env(**(_system_config or {}))
+        runtime_env_driver.check_job_env(runtime_env)  # issue 17: bad input fails first
         address = address or os.environ.get("NBCLUSTER_ADDRESS") or None
         if address is not None and address.startswith("nbcluster://"):
             return _connect_client(address, config)
@@ -126,11 +130,15 @@ def init(
                 )
             head_address, token, session_dir = _resolve_address(address, config)
         try:
+            env_json = runtime_env_driver.resolve_job_env(
+                head_address, token, config.temp_dir, runtime_env
+            )
             client = _connect(config, head_address, token, namespace or "")
         except BaseException:
             if cluster is not None:
                 cluster.stop()
             raise
+        runtime_env_driver.set_job_env(client, env_json)
         client.cluster = cluster  # type: ignore[attr-defined]
         client.info = ClusterInfo(  # type: ignore[attr-defined]
             address=head_address,
@@ -337,6 +345,20 @@ def _as_ref_list(refs: Any, fn: str) -> tuple[list[ObjectRef], bool]:
     )
 
 
+def _self_resolving(refs: Any) -> Any:
+    """For refs that resolve themselves (``_nbcluster_get_(timeout)``, such as
+    ``CompiledDAGRef``), or a list of them: a function of the timeout giving the value(s)."""
+    if hasattr(type(refs), "_nbcluster_get_"):
+        return refs._nbcluster_get_
+    if (
+        isinstance(refs, (list, tuple))
+        and refs
+        and all(hasattr(type(r), "_nbcluster_get_") for r in refs)
+    ):
+        return lambda timeout: [r._nbcluster_get_(timeout) for r in refs]
+    return None
+
+
 def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
     """Block until the value(s) are ready and return them.
 
@@ -345,6 +367,9 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     exception class. ``timeout`` (seconds) raises :class:`GetTimeoutError`; the tasks keep
     running. Numpy arrays in the object store come back as read-only zero-copy views.
     """
+    resolve = _self_resolving(object_refs)
+    if resolve is not None:  # compiled-graph refs read their own channels
+        return resolve(timeout)
     client = context.require_client()
     refs, single = _as_ref_list(object_refs, "get")
     if timeout is not None and timeout < 0:

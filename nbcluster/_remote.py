@@ -14,6 +14,7 @@ from nbcluster import options as _options
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import function_hash, serialize
 from nbcluster.exceptions import SerializationError
 
@@ -277,7 +278,11 @@ def submit_task(
     rec.resources = shape
     rec.strategy = strategy
     rec.route = route
-    rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0)
+    provider = client.submit_context
+    rec.context = provider() if provider is not None else None
+    # runtime_env (issue 17): workers are pooled per environment, so it is part of the key
+    rec.spec.runtime_env = runtime_env_driver.for_submit(client, opts.runtime_env, rec.context)
+    rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0, rec.spec.runtime_env)
     if (
         route is not None
         and route[0] == "pg"
@@ -291,9 +296,6 @@ def submit_task(
     rec.retries_left = opts.max_retries
     rec.dep_ids = [r.binary() for r in dep_refs]
     rec.nested_ids = nested
-    provider = client.submit_context
-    if provider is not None:
-        rec.context = provider()
     for oid in return_ids:
         client.table.create_owned(oid, task=rec)
     client.table.add_submitted(rec.dep_ids + nested)

@@ -5,6 +5,7 @@ nbcluster start --address HOST:PORT [--num-cpus N] [--block]
 nbcluster status [--address HOST:PORT]
 nbcluster stop
 nbcluster up CONFIG | down CONFIG | attach CONFIG   (nbcluster/autoscaler/cli.py)
+nbcluster serve run|status|deploy|shutdown   (Serve; see nbcluster/serve/_cli.py)
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import threading
 import time
 from pathlib import Path
 
+from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
+from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
 
 def _temp_dir() -> str:
@@ -267,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     from nbcluster.autoscaler.cli import add_subcommands  # up, down, attach
 
     add_subcommands(sub)
+    cli_job.add_subcommands(sub)  # nbcluster job ... (issue 17)
+    cli_state.add_subcommands(sub)  # nbcluster list / summary / get / logs (issue 17)
+    add_serve_subcommands(sub)
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

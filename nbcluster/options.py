@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nbcluster._runtime.runtime_env.options import FrozenRuntimeEnv, normalize_runtime_env
+
 __all__ = [
     "ACTOR_OPTION_NAMES",
     "TASK_OPTION_NAMES",
@@ -225,8 +227,12 @@ class TaskOptions:
     """Task name shown in the timeline and errors; defaults to the function's name."""
     scheduling_strategy: str | object = "DEFAULT"
     """``"DEFAULT"``, ``"SPREAD"``, or a strategy object (node affinity, placement group)."""
+    runtime_env: FrozenRuntimeEnv | None = None
+    """Ray's ``runtime_env`` (env_vars, working_dir, py_modules, pip, config); merged over
+    the job's as Ray does. Checked here; local paths are uploaded at submission."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "runtime_env", normalize_runtime_env(self.runtime_env))
         _check_amount("num_cpus", self.num_cpus)
         _check_amount("num_gpus", self.num_gpus)
         _check_amount("memory", self.memory)
@@ -303,8 +309,11 @@ class ActorOptions:
     """Calls queued before ``PendingCallsLimitExceeded``; -1 means unlimited."""
     scheduling_strategy: str | object = "DEFAULT"
     """``"DEFAULT"``, ``"SPREAD"``, or a strategy object (node affinity, placement group)."""
+    runtime_env: FrozenRuntimeEnv | None = None
+    """Ray's ``runtime_env`` for the actor's process (see :class:`TaskOptions`)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "runtime_env", normalize_runtime_env(self.runtime_env))
         if self.num_cpus is not None:
             _check_amount("num_cpus", self.num_cpus)
         _check_amount("num_gpus", self.num_gpus)

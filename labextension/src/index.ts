@@ -14,6 +14,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
+import { canRunAsJob } from './jobsModels';
 import { asNotebook, INotebookLike, kernelIdOf } from './notebook';
 import { asNotebookWithMetadata, NotebookMetadataSync } from './notebookmeta';
 import { ClusterPanel } from './panel';
@@ -30,6 +31,7 @@ export namespace CommandIDs {
   export const insertConnectCode = 'nbcluster:insert-connect-code';
   export const stopCluster = 'nbcluster:stop-cluster';
   export const scaleCluster = 'nbcluster:scale-cluster';
+  export const submitAsJob = 'nbcluster:submit-as-job';
 }
 
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24">
@@ -155,13 +157,44 @@ function activate(
       }
     }
   });
+  // Jobs (issue 17): run the open notebook or script on the selected cluster as a job.
+  const currentPath = (): string | null => {
+    const widget = app.shell.currentWidget as unknown as {
+      context?: { path?: unknown };
+    } | null;
+    const path = widget?.context?.path;
+    return typeof path === 'string' ? path : null;
+  };
+  commands.addCommand(CommandIDs.submitAsJob, {
+    label: 'Submit as nbcluster Job',
+    caption:
+      'Run this notebook or script on the cluster as a job, with its folder as the working_dir',
+    isEnabled: () => canRunAsJob(currentPath()),
+    execute: async args => {
+      const given = typeof args.path === 'string' ? args.path : null;
+      const path = given ?? currentPath();
+      app.shell.activateById(panel.id);
+      if (!canRunAsJob(path)) {
+        panel.showError('Open a notebook (.ipynb) or a Python script (.py) to run it as a job.');
+        return;
+      }
+      await panel.run(async () => {
+        if (given === null && commands.hasCommand('docmanager:save')) {
+          await commands.execute('docmanager:save'); // the job runs what is on disk
+        }
+        await panel.jobs.submit(path as string);
+      });
+    }
+  });
+
   if (palette) {
     const category = 'nbcluster';
     for (const command of [
       CommandIDs.openPanel,
       CommandIDs.startCluster,
       CommandIDs.refresh,
-      CommandIDs.insertConnectCode
+      CommandIDs.insertConnectCode,
+      CommandIDs.submitAsJob
     ]) {
       palette.addItem({ command, category });
     }

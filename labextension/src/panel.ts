@@ -22,6 +22,7 @@ import {
   storeText,
   tasksText
 } from './models';
+import { JobsSection } from './jobs';
 import { ClusterStore } from './store';
 
 /** What the panel asks the application to do. */
@@ -216,6 +217,8 @@ export class ClusterPanel extends Widget {
     );
     this._list = el('div', 'nbcluster-cards');
     root.append(this._error, this._empty, this._list);
+    this.jobs = new JobsSection(store, this); // the Jobs section (issue 17)
+    root.append(this.jobs.node);
 
     store.changed.connect(this._render, this);
     this._render();
@@ -255,7 +258,11 @@ export class ClusterPanel extends Widget {
     this._error.style.display = message ? '' : 'none';
   }
 
+  /** The Jobs section below the clusters. */
+  readonly jobs: JobsSection;
+
   dispose(): void {
+    this.jobs.dispose();
     this.store.changed.disconnect(this._render, this);
     super.dispose();
   }

@@ -43,6 +43,7 @@ from nbcluster.config import Config
 from nbcluster.jupyter import notebook_spec
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
+from nbcluster.jupyter.job_magics import load_job_magics, unload_job_magics
 from nbcluster.jupyter.memory import parse_out_policy
 from nbcluster.jupyter.notebook_spec import ClusterSpec, NotebookMetadataError
 
@@ -462,6 +463,7 @@ def load_ipython_extension(ip: Any) -> None:
     """Register ``%cluster`` (``%load_ext nbcluster``); hook into a connection if one exists."""
     magics = ClusterMagics(ip)
     ip.register_magics(magics)
+    load_job_magics(ip)  # %%job / %job (issue 17)
     ip.events.register("pre_run_cell", magics._pre_cell)
     ip.events.register("post_run_cell", magics._post_cell)
     magics.hooks.ensure_installed()
@@ -477,3 +479,4 @@ def unload_ipython_extension(ip: Any) -> None:
     magics.hooks.uninstall()
     ip.magics_manager.registry.pop("ClusterMagics", None)
     ip.magics_manager.magics["line"].pop("cluster", None)
+    unload_job_magics(ip)

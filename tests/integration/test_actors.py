@@ -347,7 +347,7 @@ BAD_ACTOR_OPTIONS = [
         ValueError,
         r"Invalid option 'colour' for an actor class\. Valid options: get_if_exists, lifetime, "
         r"max_concurrency, max_pending_calls, max_restarts, max_task_retries, memory, name, "
-        r"namespace, num_cpus, num_gpus, resources, scheduling_strategy\.",
+        r"namespace, num_cpus, num_gpus, resources, runtime_env, scheduling_strategy\.",
         id="unknown-key",
     ),
     pytest.param(

@@ -22,7 +22,8 @@ import pytest
 from tornado.httpclient import HTTPResponse
 
 from nbcluster import LocalCluster
-from nbcluster.jupyter.server.handlers import API_PREFIX, NbclusterHandler, routes
+from nbcluster.jupyter.server.app import all_routes as routes  # with the Serve route
+from nbcluster.jupyter.server.handlers import API_PREFIX, NbclusterHandler
 from nbcluster.jupyter.server.manager import ClusterManager
 from nbcluster.testing import assert_no_processes
 

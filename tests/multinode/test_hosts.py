@@ -258,3 +258,51 @@ def test_client_mode_rides_out_a_short_link_loss_and_fails_cleanly_on_a_long_one
         subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
     assert "HEAD_UNAVAILABLE" in out  # the cell got an error after the grace period...
     assert drv.wait(30) == 0  # ...and the process (the kernel) kept running to the end
+
+
+RUNTIME_ENV_DRIVER = r"""
+import json, os, sys, nbcluster
+from nbcluster.job_submission import JobSubmissionClient
+from nbcluster.util import NodeAffinitySchedulingStrategy as NA
+nbcluster.init(address=sys.argv[1])
+wd = sys.argv[2]
+by_name = {n["NodeName"]: n["NodeID"] for n in nbcluster.nodes() if n["Alive"]}
+
+@nbcluster.remote(runtime_env={"working_dir": wd, "env_vars": {"SHIPPED": "yes"}})
+def probe():
+    import shipped
+    return shipped.VALUE, os.getcwd(), os.environ["SHIPPED"]
+
+out = {"host2": nbcluster.get(probe.options(scheduling_strategy=NA(by_name["host2"])).remote())}
+jobs = JobSubmissionClient(sys.argv[1])
+sid = jobs.submit_job(
+    entrypoint="python -c \"import os, shipped; print('JOB', shipped.VALUE, os.getcwd())\"",
+    runtime_env={"working_dir": wd},
+)
+out["job"] = [jobs.wait_until_finished(sid, timeout=120).value, jobs.get_job_logs(sid)]
+print(json.dumps(out))
+nbcluster.shutdown()
+"""
+
+
+def test_a_working_dir_reaches_the_other_hosts(hosts: Hosts, tmp_path: Path) -> None:
+    """issue 17: packed on host1, uploaded to the head (host0), fetched by host2's node and
+    by the job on host0 into their own caches (each host has its own temp dir)."""
+    head_addr = _start_cluster(hosts, tmp_path)
+    wd = tmp_path / "project"
+    wd.mkdir()
+    (wd / "shipped.py").write_text("VALUE = 'made on host1'\n")
+    r = hosts.run(
+        1,
+        [python(), "-c", RUNTIME_ENV_DRIVER, head_addr, str(wd)],
+        hosts.env(1, tmp_path),
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    value, cwd, flag = out["host2"]
+    assert (value, flag) == ("made on host1", "yes")
+    assert cwd.startswith(str(tmp_path / "host2" / "runtime_resources" / "packages"))
+    status, logs = out["job"]
+    assert status == "SUCCEEDED", logs
+    assert f"JOB made on host1 {tmp_path / 'host0' / 'runtime_resources' / 'packages'}" in logs

@@ -41,6 +41,11 @@ EXPECTED = [
     "06_placement_groups_and_scheduling",
     "07_fault_tolerance",
     "08_multi_node",
+    "09_data",
+    "10_train",
+    "11_tune",
+    "12_serve",
+    "13_jobs",
     "14_autoscaling",
 ]
 
@@ -245,6 +250,153 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         "check-scaled": [
             r"^alive nodes: 4$",
             r"^SPREAD: \{'node0': 2, 'node1': 2, 'node2': 2, 'node3': 2\}$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "09_data": {
+        "check-start": [STARTED],
+        "check-data": [r"^8 files, 200,000 rows$"],
+        "check-lazy": [
+            r"^200,000 rows, read from metadata only: True$",
+            r"Dataset\(num_rows=200000, schema=\{id: int64, city: int64, f0: double",
+        ],
+        "check-plan": [
+            r"^ReadParquet -> Filter\(\(id >= 150000\)\) -> Project\(id, city, f0, f1\) -> "
+            r"MapBatches\(standardize\)$",
+            r"^ReadParquet\[columns=id,city,f0,f1; filter=\(id >= 150000\)\] -> "
+            r"MapBatches\(standardize\)$",
+            r"^0: ReadParquet\[.*\]->MapBatches\(standardize\) \[source\]$",
+        ],
+        "check-preview": [
+            r"^0\. ReadParquet\[columns=id,city,f0,f1; filter=\(id >= 150000\)\] -> 5000 rows; "
+            r"id: int64, city: int64, f0: double, f1: double$",
+            r"^1\. MapBatches\(standardize\) -> 5000 rows; id: int64, city: int64, x0: double, "
+            r"x1: double$",
+        ],
+        "check-progress": [WIDGET, r"\(live progress\): .*-> MapBatches\(Model\)$"],
+        "check-predictions": [
+            r"^predicted 50,000 rows in 10 blocks$",
+            r"^model instances used: [12] \(at most 2\)$",
+        ],
+        "check-stats": [
+            r"^Operator 1 MapBatches\(Model\): 10 tasks executed",
+            r"^\* Object store budget: [\d.]+ GiB; peak bytes in flight: [\d.]+ \w+$",
+            r"^\* Spilled to disk during the execution: 0 B$",
+        ],
+        "check-groupby": [r"^same as pandas: True$"],
+        "check-torch": [
+            r"^5 batches; first: \{'label': \(10000,\), 'city': \(10000,\)\}, "
+            r"dtype torch\.float32$"
+        ],
+        "check-plan-view": [
+            WIDGET,
+            r"^  0 \[done\] ReadParquet\[.*\]->MapBatches\(standardize\): 50k rows",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "10_train": {
+        "check-start": [STARTED],
+        "check-data": [r"^2048 training and 512 test images of shape \(1, 28, 28\)$"],
+        "check-fit": [
+            WIDGET,
+            r"TorchTrainer fashion: FINISHED, iteration 6, loss=[\d.]+, accuracy=[01]\.\d+",
+            r"\[rank 0\] epoch 5: accuracy [01]\.\d\d$",
+        ],
+        "check-result": [
+            r"^accuracy after 6 epochs: (0\.[6-9]\d|1\.00)$",
+            r"^best by accuracy: checkpoint_00000[0-5]$",
+            r"^checkpoints kept: \[('checkpoint_00000[0-5]', ){1,2}'checkpoint_000005'\]$",
+        ],
+        "check-repr": [r"Training result", r"finished", r"checkpoint_000005"],
+        "check-interrupt": [
+            WIDGET,
+            r"TorchTrainer fashion-long: INTERRUPTED",
+            r"^interrupted: True$",
+            r"^reports before the interrupt: [3-8]$",
+            r"^latest checkpoint: checkpoint_00000[2-7] \(epoch [2-7]\)$",
+        ],
+        "check-resume": [
+            r"^resumed from: checkpoint_00000[2-7]$",
+            r"^epochs this run: \[(\d, )*8\]$",
+            r"^first epoch of this run is the one after the checkpoint: True$",
+            r": FINISHED, ",
+        ],
+        "check-warm": [
+            r"^first report \(one epoch\) after \d+ ms on new workers, \d+ ms on the warm ones$",
+            r"^same worker processes as before: True$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "11_tune": {
+        "check-start": [STARTED],
+        "check-search": [
+            WIDGET,
+            r"^8 trials, 8 terminated, 0 errors$",
+            r"^best: lr=0\.\d{4}, momentum=0\.\d\d, loss=\d\.\d{4}$",
+        ],
+        "check-grid": [r"ResultGrid: 8 trials", r"8 TERMINATED", r"config/|lr"],
+        "check-frame": [r"^8 rows, one per trial$", r"config/lr", r"^best trial's history: 20 results$"],
+        "check-more": [WIDGET, r"^12 trials now, 12 terminated$", r"^the first 8 unchanged: True$"],
+        "check-asha": [
+            WIDGET,
+            r"^stopped early: ([1-9]|1[0-5]) of 16 trials$",
+            r"^epochs run: \d+ instead of 320$",
+            r"^best loss: \d\.\d{4}$",
+        ],
+        "check-interrupt": [
+            WIDGET,
+            r"Interrupted\. Finished trials are in the returned ResultGrid",
+            r"^stopped: interrupted$",
+            r"^results so far: \d+$",
+        ],
+        "check-restore": [
+            WIDGET,
+            r"^can restore: True$",
+            r"^4 of 4 trials finished$",
+            r"^trials that started over: 0$",
+        ],
+        "check-stop": [STOPPED],
+    },
+    "12_serve": {
+        "check-start": [STARTED],
+        "check-train": [r"^training accuracy: 0\.9\d$"],
+        "check-run": [
+            r"^Application 'iris' is ready at http://127\.0\.0\.1:\d+/iris$",
+            r"through the Jupyter server: /\S*nbcluster/api/clusters/[0-9a-f]{12}/serve/iris$",
+            WIDGET,
+        ],
+        "check-call": [
+            r"^handle prediction: setosa$",
+            r"^http status: 200$",
+            r"^http prediction: virginica$",
+        ],
+        "check-batch": [
+            r"^answered 64 requests in \d+ batches$",
+            r"^largest batch > 1: True$",
+            r"^same labels as the model: True$",
+        ],
+        "check-autoscale-up": [r"^replicas before the load: 1$", r"^replicas under load: 3$"],
+        "check-autoscale-down": [r"^replicas after the load: 1$"],
+        "check-rollout": [
+            r"^rolled over in \d+\.\d s$",
+            r"^requests during the rollout: [1-9]\d*, failed: 0$",
+            r"^new version answers: True$",
+        ],
+        "check-status": [r"^iris RUNNING ", r"^applications after shutdown: \{\}$"],
+        "check-stop": [STOPPED],
+    },
+    "13_jobs": {
+        "check-start": [STARTED],
+        "check-submit": [r"^submitted: True$"],
+        "check-logs": [r"^epoch 0: loss 1\.0$", r"^epoch 2: loss 0\.333$", r"^training done$"],
+        "check-status": [r"^status: SUCCEEDED$", r"^exit code: 0$", r"^took under a minute: True$"],
+        "check-failed": [r"^FAILED$", r"^Job entrypoint command failed with exit code 1"],
+        "check-magic": [r"^cluster CPUs seen by the job: 2\.0$", r"job nbcsubmit_\w+: SUCCEEDED"],
+        "check-runtime-env": [r"^\[\('eval', 0\.25\), \('eval', 0\.1\)\]$"],
+        "check-state": [
+            r"^flaky: \{'FAILED': 1, 'FINISHED': 3\}$",
+            r"^why: ValueError: x == 2 is not allowed",
+            r"^jobs submitted: 3$",
         ],
         "check-stop": [STOPPED],
     },

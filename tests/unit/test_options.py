@@ -20,7 +20,7 @@ from nbcluster.options import (
 )
 
 TASK_VALID_IN_OPTIONS = (
-    "max_retries, memory, name, num_cpus, num_gpus, num_returns, resources, retry_exceptions, "
+    "max_retries, memory, name, num_cpus, num_gpus, num_returns, resources, retry_exceptions, runtime_env, "
     "scheduling_strategy"
 )
 
@@ -71,7 +71,7 @@ def test_unknown_task_option_lists_the_valid_ones() -> None:
         ValueError,
         match=r"^Invalid option 'foo' for a remote function\. Valid options: max_calls, "
         r"max_retries, memory, name, num_cpus, num_gpus, num_returns, resources, "
-        r"retry_exceptions, scheduling_strategy\.$",
+        r"retry_exceptions, runtime_env, scheduling_strategy\.$",
     ):
         task_options({"foo": 1}, where="decorator")
 

@@ -26,6 +26,7 @@ from nbcluster._runtime.core.ownership import PENDING, READY, Entry
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import serialize
+from nbcluster._runtime.task_events import record_crashed_attempt
 
 if TYPE_CHECKING:
     from nbcluster._runtime.core.client import CoreClient
@@ -88,8 +89,10 @@ class KeyQueue:
         strategy: str,
         pipeline: bool = True,
         route: tuple[Any, ...] | None = None,
+        runtime_env: str = "",
     ) -> None:
         self.key = key
+        self.runtime_env = runtime_env  # resolved JSON: leases come from this env's pool
         self.route = route  # ("spread",), ("node", node_id, soft) or ("pg", pg_id, index)
         self.rr = 0  # round-robin position over the route's nodes
         self.pipeline = pipeline  # False for tasks whose workers exit after max_calls
@@ -265,6 +268,7 @@ class Submitter:
                 rec.strategy,
                 pipeline=not rec.spec.max_calls,
                 route=rec.route,
+                runtime_env=rec.spec.runtime_env,
             )
         kq.queue.append(rec)
         touched.add(rec.key)
@@ -439,6 +443,7 @@ class Submitter:
                     no_spillback=not spill,
                     request_id=rid,
                     strategy=kq.strategy if isinstance(kq.strategy, str) else "DEFAULT",
+                    runtime_env=kq.runtime_env,
                 )
             )
         except RpcError as err:
@@ -473,6 +478,8 @@ class Submitter:
             self._pump(kq)
         elif reply.status == pb.LeaseReply.SPILLBACK:
             self._request_lease(kq, reply.spill_address, spill=False)
+        elif reply.status == pb.LeaseReply.RUNTIME_ENV_FAILED:  # issue 17
+            self._fail_queue(kq, exc.RuntimeEnvSetupError(reply.message))
         elif reply.status == pb.LeaseReply.INFEASIBLE:
             if kq.route is not None and kq.route[0] == "pg":
                 # Maybe the group was removed by another process: ask the head again.
@@ -585,6 +592,9 @@ class Submitter:
         oom = "memory monitor" in detail
         retry = []
         running = recs[0] if recs else None  # a worker runs its tasks in the order sent
+        if running is not None and not running.done and not running.cancelled:
+            # issue 17: the dead worker never reports this attempt; its owner does
+            record_crashed_attempt(self.client, running.spec, running.name, detail, oom)
         for rec in recs:
             if rec.done:
                 continue

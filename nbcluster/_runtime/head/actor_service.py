@@ -185,6 +185,10 @@ class ActorManager:
             if reply is None:
                 await asyncio.sleep(0.5)
                 continue
+            if reply.status == pb.LeaseReply.RUNTIME_ENV_FAILED:  # issue 17
+                msg = f"RuntimeEnvSetupError: its runtime_env could not be set up: {reply.message}"
+                self.apply(self.table.unschedulable(actor_id, msg, self.clock()))
+                return
             rec = self.table.actors.get(actor_id)
             node = self.channels.stub(address, "node")
             if rec is None or rec.state == DEAD:
@@ -251,6 +255,7 @@ class ActorManager:
                         or rec.strategy.startswith("NODE_AFFINITY:")
                         and rec.strategy.endswith(":0"),
                         strategy="DEFAULT",
+                        runtime_env=rec.spec.runtime_env,
                     ),
                     timeout=None,
                 )
@@ -264,6 +269,8 @@ class ActorManager:
                 address = reply.spill_address
                 hops += 1
                 continue
+            if reply.status == pb.LeaseReply.RUNTIME_ENV_FAILED:  # issue 17
+                return reply
             return None
         return None
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from nbcluster._runtime import proc
 from nbcluster._runtime.head.autoscaling import AutoscalingService
+from nbcluster._runtime.head.job_service import make_job_service
 from nbcluster._runtime.head.relay import ClientRelay
 from nbcluster._runtime.head.service import HeadService, HeadStore
 from nbcluster._runtime.head.state import HeadState
+from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
 from nbcluster.config import Config
 
@@ -53,7 +55,14 @@ async def serve(args: argparse.Namespace) -> None:
     autoscaling.register(server)
     autoscaling.on_change = service.events.autoscaler_changed
     service.recover()
+    address = {"value": ""}
+    jobs, job_servicer = make_job_service(
+        store.db, state, session_dir, args.token_file, token, lambda: address["value"]
+    )
+    service.driver_registered = jobs.driver_registered
+    jpb_grpc.add_JobServiceServicer_to_server(job_servicer, server)
     port = bind(server, args.host, args.port)
+    address["value"] = f"{args.host}:{port}"
     relay = ClientRelay(session_dir, args.token_file, token, f"{args.host}:{port}")
     server.add_generic_rpc_handlers((relay.handler(),))
     await server.start()
@@ -76,11 +85,15 @@ async def serve(args: argparse.Namespace) -> None:
 
     ticker = asyncio.create_task(liveness())
     drivers = asyncio.create_task(service.watch_drivers())
+    job_watch = asyncio.create_task(jobs.watch())
     service.placement.start()
     await stop.wait()
     ticker.cancel()
     drivers.cancel()
     service.events.close()
+    job_watch.cancel()
+    await jobs.shutdown()
+    await job_servicer.close()
     service.actors.close()
     service.placement.close()
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:

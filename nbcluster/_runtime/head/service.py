@@ -202,6 +202,8 @@ class HeadService(pb_grpc.HeadServicer):
         self.actors = ActorManager(state, self.channels, clock, persist=self._actor_changed)
         self.placement = PlacementGroupManager(state, self.channels, persist=store.put_pg)
         self.dead_nodes = store.load_dead_nodes()
+        # jobs (issue 17): links a driver to the submitted job whose entrypoint it runs in
+        self.driver_registered: Callable[[bytes, int, str], None] | None = None
 
     # -- nodes --------------------------------------------------------------------------
     async def RegisterNode(
@@ -336,6 +338,8 @@ class HeadService(pb_grpc.HeadServicer):
         self.state.register_job(job)
         self.store.put_job(job)
         self.events.job_changed(job)
+        if self.driver_registered is not None:
+            self.driver_registered(job.job_id, job.driver_pid, job.driver_hostname)
         return pb.RegisterJobReply(job_id=job.job_id)
 
     async def FinishJob(self, request: pb.JobRef, context: grpc.aio.ServicerContext):

@@ -17,11 +17,13 @@ from pathlib import Path
 
 from nbcluster._runtime import proc
 from nbcluster._runtime.node import autoscaling
+from nbcluster._runtime.node.agent_service import NodeAgentServicer, make_agent
 from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
+from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 from nbcluster.config import Config
 
@@ -108,6 +110,15 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     )
     pb_grpc.add_NodeManagerServicer_to_server(service, server)
     load_reporter = autoscaling.start(service, server, token)
+    # runtime_env (issue 17): setup and cache, workers from venvs, logs and listings
+    service.agent = make_agent(head_address, token, config.temp_dir)
+    service.workers.python_worker_env = {
+        "NBCLUSTER_TOKEN_FILE": os.path.abspath(args.token_file),
+        "NBCLUSTER_SESSION_DIR": os.path.abspath(args.session_dir),
+    }
+    jpb_grpc.add_NodeAgentServicer_to_server(
+        NodeAgentServicer(service, session_dir / "logs"), server
+    )
     await server.start()
     service.apply(state.start())  # warm workers start while we register
     if not file_backed:  # allocate a few reusable files in the background

@@ -17,6 +17,11 @@ from pathlib import Path
 
 import grpc
 
+from nbcluster._runtime.node.agent_service import (
+    prepare_worker_env,
+    remember_env,
+    worker_env_json,
+)
 from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
@@ -30,6 +35,8 @@ from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
+from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
+from nbcluster._runtime.runtime_env.venv_zygote import VenvZygote
 from nbcluster._runtime.scheduling.policy import NodeView
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,7 @@ _STATUS = {
     "SPILLBACK": pb.LeaseReply.SPILLBACK,
     "INFEASIBLE": pb.LeaseReply.INFEASIBLE,
     "CANCELLED": pb.LeaseReply.CANCELLED,
+    "RUNTIME_ENV_FAILED": pb.LeaseReply.RUNTIME_ENV_FAILED,
 }
 
 
@@ -65,6 +73,9 @@ class WorkerProcesses:
         self.exit_info: dict[bytes, tuple[int, str]] = {}
         self.exited = asyncio.Event()
         self.oom_details: dict[bytes, str] = {}
+        # runtime_env: workers started from a virtual environment's python (not the zygote)
+        self.python_worker_env: dict[str, str] = {}
+        self.venv_zygotes: dict[str, VenvZygote] = {}
         os.set_blocking(zygote.ev_r, False)
         asyncio.get_running_loop().add_reader(zygote.ev_r, self._on_events)
 
@@ -78,8 +89,9 @@ class WorkerProcesses:
         self.starting.add(worker_id)
         self.zygote.spawn(worker_id, self.node_address, str(log_path))
 
-    def _on_events(self) -> None:
-        for ev in self.zygote.read_events():
+    def _on_events(self, source: Zygote | VenvZygote | None = None) -> None:
+        zyg = source or self.zygote
+        for ev in zyg.read_events():
             if ev[0] == "pid":
                 wid, pid = bytes.fromhex(ev[1]), int(ev[2])
                 self.starting.discard(wid)
@@ -88,28 +100,56 @@ class WorkerProcesses:
                 if wid in self.kill_on_start:
                     self.kill(wid, self.kill_on_start.pop(wid))
             elif ev[0] == "exit":
-                pid, status = int(ev[1]), int(ev[2])
-                wid = self.by_pid.pop(pid, None)
-                if wid is None:
-                    continue
-                self.pids.pop(wid, None)
-                code = decode_status(status)
-                if code < 0:
-                    try:
-                        name = signal.Signals(-code).name
-                    except ValueError:
-                        name = f"signal {-code}"
-                    detail = f"worker process (pid {pid}) was killed by {name}"
-                    if wid in self.oom_details:
-                        detail = f"worker process (pid {pid}) was {self.oom_details.pop(wid)}"
-                else:
-                    detail = f"worker process (pid {pid}) exited with code {code}"
-                self.exit_info[wid] = (code, detail)
-                self.exited.set()
-                self.on_exit(wid, code)
+                self._exited(int(ev[1]), decode_status(int(ev[2])))
             elif ev[0] == "zygote-exited":
-                asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
-                log.error("the worker fork server exited")
+                asyncio.get_running_loop().remove_reader(zyg.ev_r)
+                if isinstance(zyg, VenvZygote):  # started again on the next request
+                    self.venv_zygotes.pop(zyg.python, None)
+                    zyg.close()
+                else:
+                    log.error("the worker fork server exited")
+
+    def start_python(self, worker_id: bytes, python: str) -> None:
+        """Start a worker with another interpreter (a pip runtime_env's virtual environment).
+
+        Such workers are forked by a fork server of their own running that interpreter
+        (started on first use, then kept: later workers start in milliseconds).
+        """
+        vz = self.venv_zygotes.get(python)
+        if vz is None:
+            vz = VenvZygote(
+                python,
+                self.python_worker_env,
+                self.session_dir
+                / "logs"
+                / f"venv-zygote-{os.path.basename(os.path.dirname(os.path.dirname(python)))}.log",
+            )
+            self.venv_zygotes[python] = vz
+            os.set_blocking(vz.ev_r, False)
+            asyncio.get_running_loop().add_reader(vz.ev_r, self._on_events, vz)
+        log_path = self.session_dir / "logs" / f"worker-{worker_id.hex()[:8]}.log"
+        self.starting.add(worker_id)
+        vz.spawn(worker_id, self.node_address, str(log_path))
+
+    def _exited(self, pid: int, code: int) -> None:
+        """A worker process ended (``code`` negative for a signal)."""
+        wid = self.by_pid.pop(pid, None)
+        if wid is None:
+            return
+        self.pids.pop(wid, None)
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = f"worker process (pid {pid}) was killed by {name}"
+            if wid in self.oom_details:
+                detail = f"worker process (pid {pid}) was {self.oom_details.pop(wid)}"
+        else:
+            detail = f"worker process (pid {pid}) exited with code {code}"
+        self.exit_info[wid] = (code, detail)
+        self.exited.set()
+        self.on_exit(wid, code)
 
     def kill(self, worker_id: bytes, force: bool = True) -> None:
         pid = self.pids.get(worker_id)
@@ -143,6 +183,11 @@ class WorkerProcesses:
         with contextlib.suppress(Exception):
             asyncio.get_running_loop().remove_reader(self.zygote.ev_r)
         self.zygote.close()
+        for vz in list(self.venv_zygotes.values()):
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(vz.ev_r)
+            vz.close()
+        self.venv_zygotes.clear()
 
 
 class NodeService(pb_grpc.NodeManagerServicer):
@@ -180,6 +225,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.recycle_limit = min(store_state.capacity // 4, 2**30)
         # Told about lease requests answered INFEASIBLE (autoscaling demand; node/autoscaling.py).
         self.on_infeasible: Callable[[dict[str, float], str], None] | None = None
+        self.agent: RuntimeEnvAgent | None = None  # set by main: runtime_env setup and cache
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -217,15 +263,27 @@ class NodeService(pb_grpc.NodeManagerServicer):
                     )
             elif isinstance(ins, StartWorker):
                 assert self.workers is not None
-                loop.create_task(self._start_worker(ins.worker_id))
+                loop.create_task(self._start_worker(ins.worker_id, ins.env))
             elif isinstance(ins, KillWorker):
                 assert self.workers is not None
                 self.workers.kill(ins.worker_id)
 
-    async def _start_worker(self, worker_id: bytes) -> None:
+    async def _start_worker(self, worker_id: bytes, env: str = "") -> None:
         assert self.workers is not None
+        python = ""
+        if env:  # set up the runtime_env first (cached after the first worker)
+            try:
+                python = await prepare_worker_env(self, env)
+            except Exception as err:  # noqa: BLE001 - the env's requests fail with the reason
+                self.apply(self.state.worker_start_failed(worker_id, str(err)))
+                return
+            if worker_id not in self.state.workers:  # dropped while its env was set up
+                return
         try:
-            await self.workers.start(worker_id)
+            if python:
+                self.workers.start_python(worker_id, python)
+            else:
+                await self.workers.start(worker_id)
         except OSError:
             log.exception("could not start a worker")
             self.apply(self.state.worker_exited(worker_id))
@@ -277,6 +335,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
                 request.job_id,
                 strategy=request.strategy or "DEFAULT",
                 allow_spill=not request.no_spillback,
+                env=remember_env(self, request.runtime_env),
             )
         )
         try:
@@ -304,12 +363,14 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def RegisterWorker(
         self, request: pb.WorkerRegisterRequest, context: grpc.aio.ServicerContext
     ):
+        record = self.state.workers.get(request.worker_id)
         self.apply(self.state.worker_registered(request.worker_id, request.pid, request.address))
         return pb.WorkerRegisterReply(
             node_id=self.state.node_id,
             head_address=self.head_address,
             store_dir=self.store_dir,
             session_dir=self.session_dir,
+            runtime_env=worker_env_json(self, record.env if record is not None else ""),
         )
 
     async def NotifyBlocked(self, request: pb.BlockedRequest, context: grpc.aio.ServicerContext):

@@ -42,6 +42,7 @@ class WorkerRecord:
     address: str = ""
     lease_id: bytes | None = None
     blocked: bool = False
+    env: str = ""  # runtime_env key ("" = the plain environment); workers are pooled per env
 
 
 @dataclasses.dataclass
@@ -68,6 +69,7 @@ class PendingLease:
     lease_id: bytes
     strategy: str = "DEFAULT"
     allow_spill: bool = True
+    env: str = ""
 
 
 # -- instructions -------------------------------------------------------------------------
@@ -92,9 +94,10 @@ class Redirect:
 
 @dataclasses.dataclass(frozen=True)
 class StartWorker:
-    """Start a worker process with this id."""
+    """Start a worker process with this id (in runtime_env ``env``; "" = the plain one)."""
 
     worker_id: bytes
+    env: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +169,9 @@ class NodeState:
         *,
         strategy: str = "DEFAULT",
         allow_spill: bool = True,
+        env: str = "",
     ) -> list[Instruction]:
-        """A client asks for a worker with ``resources``."""
+        """A client asks for a worker with ``resources`` (in runtime_env ``env``)."""
         request = {k: float(v) for k, v in resources.items() if v > 0}
         decision = pick_node(request, self.view(), self.others, strategy, allow_spill)
         if decision.action is Action.INFEASIBLE:
@@ -177,7 +181,7 @@ class NodeState:
             self._charge(decision.node, request)
             return [Redirect(request_id, "SPILLBACK", decision.node.address, decision.reason)]
         self.pending[request_id] = PendingLease(
-            request_id, request, owner, job_id, self.new_id(), strategy, allow_spill
+            request_id, request, owner, job_id, self.new_id(), strategy, allow_spill, env
         )
         return self._dispatch()
 
@@ -212,6 +216,25 @@ class NodeState:
         out: list[Instruction] = out_owner
         if self._pool_size() < self.prestart:
             out.append(self._new_worker())
+        return out + self._dispatch()
+
+    def worker_start_failed(self, worker_id: bytes, message: str) -> list[Instruction]:
+        """A worker could not be started; for a runtime_env worker its env setup failed.
+
+        Every request waiting for that environment fails with ``message`` (a new request
+        tries the setup again: a failed environment is never kept).
+        """
+        w = self.workers.get(worker_id)
+        if w is None or not w.env:
+            return self.worker_exited(worker_id)
+        for wid, other in list(self.workers.items()):  # the same setup failed for them too
+            if other.env == w.env and other.state is WorkerState.STARTING:
+                del self.workers[wid]
+        out: list[Instruction] = []
+        for rid, req in list(self.pending.items()):
+            if req.env == w.env:
+                del self.pending[rid]
+                out.append(Redirect(rid, "RUNTIME_ENV_FAILED", message=message))
         return out + self._dispatch()
 
     def return_lease(self, lease_id: bytes, worker_failed: bool = False) -> list[Instruction]:
@@ -306,13 +329,39 @@ class NodeState:
         return out + self._dispatch()
 
     # -- internals ---------------------------------------------------------------------------
-    def _pool_size(self) -> int:
-        return sum(1 for w in self.workers.values() if w.state is not WorkerState.DEAD)
+    def _pool_size(self, env: str = "") -> int:
+        return sum(
+            1 for w in self.workers.values() if w.state is not WorkerState.DEAD and w.env == env
+        )
 
-    def _new_worker(self) -> StartWorker:
+    def _new_worker(self, env: str = "") -> StartWorker:
         wid = self.new_id()
-        self.workers[wid] = WorkerRecord(wid)
-        return StartWorker(wid)
+        self.workers[wid] = WorkerRecord(wid, env=env)
+        return StartWorker(wid, env)
+
+    def _idle_worker(self, env: str) -> bytes | None:
+        """The longest-idle worker of runtime_env ``env`` (None if there is none)."""
+        for wid in self.idle:
+            if self.workers[wid].env == env:
+                self.idle.remove(wid)
+                return wid
+        return None
+
+    def _evict_for(self, env: str) -> list[Instruction]:
+        """Make room for a worker of ``env``: end an idle worker of another environment when
+        the pool is at its size (one per CPU, at least ``prestart``); other envs' first."""
+        cap = max(self.prestart, int(self.total.get("CPU", 0.0) + EPS), 1)
+        alive = sum(1 for w in self.workers.values() if w.state is not WorkerState.DEAD)
+        if alive < cap:
+            return []
+        others = [wid for wid in self.idle if self.workers[wid].env != env]
+        if not others:
+            return []
+        victim = next((wid for wid in others if self.workers[wid].env), others[0])
+        self.idle.remove(victim)
+        w = self.workers.pop(victim)
+        w.state = WorkerState.DEAD
+        return [KillWorker(victim, "idle worker of another runtime_env evicted")]
 
     def _release(self, lease_id: bytes) -> None:
         lease = self.leases.pop(lease_id)
@@ -372,7 +421,7 @@ class NodeState:
     def _dispatch(self) -> list[Instruction]:
         """Grant pending requests in arrival order where resources and a worker allow."""
         out: list[Instruction] = []
-        need_workers = 0
+        need_workers: dict[str, int] = {}  # per runtime_env
         reserved: dict[str, float] = {}  # held back for requests that wait for a worker
         for req in list(self.pending.values()):
             room = {k: v - reserved.get(k, 0.0) for k, v in self.available.items()}
@@ -389,12 +438,12 @@ class NodeState:
                             )
                         )
                 continue
-            if not self.idle:
-                need_workers += 1
+            wid = self._idle_worker(req.env)
+            if wid is None:
+                need_workers[req.env] = need_workers.get(req.env, 0) + 1
                 for name, amount in req.resources.items():
                     reserved[name] = reserved.get(name, 0.0) + amount
                 continue
-            wid = self.idle.popleft()
             w = self.workers[wid]
             gpu_ids, share = self._take_gpus(_gpu_amount(req.resources))
             for name, amount in req.resources.items():
@@ -405,9 +454,17 @@ class NodeState:
             del self.pending[req.request_id]
             out.append(Grant(req.request_id, lease, w))
         starting = self.starting_count()
-        while need_workers > starting and starting < self.max_starting:
-            out.append(self._new_worker())
-            starting += 1
+        for env, need in need_workers.items():
+            have = sum(
+                1
+                for w in self.workers.values()
+                if w.state is WorkerState.STARTING and w.env == env
+            )
+            while need > have and starting < self.max_starting:
+                out += self._evict_for(env)
+                out.append(self._new_worker(env))
+                have += 1
+                starting += 1
         return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -28,12 +29,27 @@ from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import deserialize, serialize
+from nbcluster._runtime.task_events import error_info
 from nbcluster._runtime.worker.output import FLUSH_INTERVAL_S, OutputCapture
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
+
+
+
+def _ray_call(instance: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return fn(instance, *args, **kwargs)
+
+
+def actor_method(instance: Any, name: str) -> Any:
+    """The actor's method ``name``; ``__ray_call__`` (Ray's built-in) runs ``fn(instance,
+    *args, **kwargs)`` for any function ``fn`` sent with the call."""
+    if name == "__ray_call__":
+        return functools.partial(_ray_call, instance)
+    return getattr(instance, name)
 
 
 class _Stream:
@@ -158,6 +174,7 @@ class Executor:
         self.actor_runner: Any = None  # set for threaded or async actors
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
+        self.last_error: tuple[str, str] = ("", "")
 
     # -- called on the I/O loop ------------------------------------------------------------
     def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
@@ -259,7 +276,7 @@ class Executor:
         if spec.actor_id and not spec.actor_creation:
             if self.actor is None or spec.actor_id != self.actor_id:
                 raise exc.NbclusterSystemError("this worker does not host that actor")
-            method = getattr(self.actor, spec.function_name)
+            method = actor_method(self.actor, spec.function_name)
             if inspect.iscoroutinefunction(method):
                 return self._sync_wrapper(method)
             return method
@@ -382,7 +399,7 @@ class Executor:
             node_id=self.client.node_id,
         )
         try:
-            method = getattr(self.actor, spec.function_name)
+            method = actor_method(self.actor, spec.function_name)
             args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
             result = method(*args, **kwargs)
             if inspect.isawaitable(result):
@@ -510,6 +527,7 @@ class Executor:
                 )
 
     def _error_returns(self, spec: pb.TaskSpec, error: BaseException, reply: pb.TaskReply) -> None:
+        self.last_error = error_info(error)  # issue 17: the state API shows why it failed
         del reply.returns[:]
         reply.is_error = True
         try:
@@ -534,7 +552,10 @@ class Executor:
             end_time=reply.end_time,
             parent_task_id=spec.parent_task_id,
             attempt=spec.attempt,
+            actor_id=spec.actor_id,
         )
+        if reply.is_error:
+            ev.error_type, ev.error_message = self.last_error
         with self.events_lock:
             self.events.append(ev)
 
@@ -610,6 +631,8 @@ def main() -> None:
     client.head_address = reply.head_address
     client.store_dir = reply.store_dir
     client.session_dir = reply.session_dir
+    # issue 17: apply this worker's runtime_env before any task runs; children inherit it
+    runtime_env_driver.set_worker_env(client, reply.runtime_env)
     if parent_fd >= 0:
         client.loop.call_soon_threadsafe(
             proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1)

@@ -6,7 +6,7 @@ for that task; the I/O loop drains the buffers every ``FLUSH_INTERVAL_S`` and at
 of the task, and sends them to the task's owner on the task stream. At most
 ``MAX_LINES_PER_FLUSH`` lines per stream and interval go out; the rest are counted and
 reported as folded, so a task printing 100,000 lines cannot flood the notebook.
-Outside a task, writes go to the worker's log file.
+Everything is also written to the worker's log file (``nbcluster logs``).
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ class TaskStream(io.TextIOBase):
     def write(self, text: str) -> int:  # type: ignore[override]
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        if not self.capture.write(self.name_, text):
-            self.fallback.write(text)
+        self.capture.write(self.name_, text)
+        # issue 17: the worker's log file keeps task output too (`nbcluster logs actor/task`)
+        self.fallback.write(text)
         return len(text)
 
     def flush(self) -> None:
@@ -132,8 +133,10 @@ def install(capture: OutputCapture) -> None:
     """Route this process's stdout/stderr (and user ``logging``) through ``capture``."""
     import sys
 
-    sys.stdout = TaskStream("stdout", capture, sys.__stdout__)  # type: ignore[arg-type]
-    sys.stderr = TaskStream("stderr", capture, sys.__stderr__)  # type: ignore[arg-type]
+    # The current streams (the worker's log file), not sys.__stdout__: replacing the last
+    # reference to them would close fds 1 and 2 (issue 17: task output is written there too).
+    sys.stdout = TaskStream("stdout", capture, sys.stdout)  # type: ignore[arg-type]
+    sys.stderr = TaskStream("stderr", capture, sys.stderr)  # type: ignore[arg-type]
     root = logging.getLogger()
     user = logging.StreamHandler(_CurrentStderr())  # type: ignore[arg-type]
     # "WARNING:name:message", as logging.basicConfig prints: the notebook's log area reads
@@ -143,4 +146,4 @@ def install(capture: OutputCapture) -> None:
     # nbcluster's own logs go to the worker's log file, never to the user.
     own = logging.getLogger("nbcluster")
     own.propagate = False
-    own.handlers[:] = [logging.StreamHandler(sys.__stderr__)]
+    own.handlers[:] = [logging.StreamHandler(sys.stderr.fallback)]  # type: ignore[attr-defined]

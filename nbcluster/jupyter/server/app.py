@@ -25,9 +25,15 @@ from traitlets import Float, Integer, Unicode
 from nbcluster.jupyter.server.handlers import routes
 from nbcluster.jupyter.server.manager import ClusterManager
 from nbcluster.jupyter.server.models import Limits
+from nbcluster.jupyter.server.serve_proxy import serve_routes
 from nbcluster.jupyter.server.watch import ClusterWatcher
 
-__all__ = ["NbclusterServerApp"]
+__all__ = ["NbclusterServerApp", "all_routes"]
+
+
+def all_routes() -> list[tuple[str, type]]:
+    """Every route the extension registers: the cluster API and the Serve forwarding route."""
+    return [*routes(), *serve_routes()]
 
 
 class NbclusterServerApp(ExtensionApp):
@@ -83,7 +89,7 @@ class NbclusterServerApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         """Add the REST routes (the base URL is prepended by ``ExtensionApp``)."""
-        self.handlers.extend(routes())
+        self.handlers.extend(all_routes())
 
     async def stop_extension(self) -> None:
         """Stop the clusters started from the panel (the server is stopping)."""

@@ -300,6 +300,20 @@ class ClusterManager:
         except (ConnectionError, TimeoutError, OSError, NbclusterError) as err:
             raise OperationFailed(f"the head at {entry.address} did not answer: {err}") from None
 
+    def head_of(self, cluster_id: str) -> tuple[str, str]:
+        """(head address, token file) of a cluster this server can talk to (issue 17: jobs).
+
+        :class:`ClusterNotFound` for an unknown id; :class:`NotOwned` for an added address
+        (no token on this host: such a cluster is never contacted).
+        """
+        entry = self._find(cluster_id, {})
+        if entry.session is None:
+            raise NotOwned(
+                "this cluster was added by its address: without its token on this host the "
+                "server does not contact it"
+            )
+        return entry.address, str(entry.session.token_file)
+
     # -- shutdown --------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Stop every cluster started from the panel and the worker threads (idempotent)."""

@@ -244,7 +244,7 @@ class GetJobsReply(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[JobInfo, _Mapping]]] = ...) -> None: ...
 
 class TaskEvent(_message.Message):
-    __slots__ = ("task_id", "job_id", "name", "node_id", "worker_id", "worker_pid", "state", "start_time", "end_time", "parent_task_id", "attempt")
+    __slots__ = ("task_id", "job_id", "name", "node_id", "worker_id", "worker_pid", "state", "start_time", "end_time", "parent_task_id", "attempt", "error_type", "error_message", "actor_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +256,9 @@ class TaskEvent(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     name: str
@@ -267,7 +270,10 @@ class TaskEvent(_message.Message):
     end_time: float
     parent_task_id: bytes
     attempt: int
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., parent_task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ...) -> None: ...
+    error_type: str
+    error_message: str
+    actor_id: bytes
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., name: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., state: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., parent_task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., actor_id: _Optional[bytes] = ...) -> None: ...
 
 class TaskEventsRequest(_message.Message):
     __slots__ = ("events",)
@@ -557,7 +563,7 @@ class WorkerDeathReport(_message.Message):
     def __init__(self, node_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class LeaseRequest(_message.Message):
-    __slots__ = ("resources", "owner_address", "job_id", "no_spillback", "request_id", "strategy")
+    __slots__ = ("resources", "owner_address", "job_id", "no_spillback", "request_id", "strategy", "runtime_env")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -571,13 +577,15 @@ class LeaseRequest(_message.Message):
     NO_SPILLBACK_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     resources: _containers.ScalarMap[str, float]
     owner_address: str
     job_id: bytes
     no_spillback: bool
     request_id: bytes
     strategy: str
-    def __init__(self, resources: _Optional[_Mapping[str, float]] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., no_spillback: _Optional[bool] = ..., request_id: _Optional[bytes] = ..., strategy: _Optional[str] = ...) -> None: ...
+    runtime_env: str
+    def __init__(self, resources: _Optional[_Mapping[str, float]] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., no_spillback: _Optional[bool] = ..., request_id: _Optional[bytes] = ..., strategy: _Optional[str] = ..., runtime_env: _Optional[str] = ...) -> None: ...
 
 class LeaseReply(_message.Message):
     __slots__ = ("status", "lease_id", "worker_id", "worker_address", "worker_pid", "gpu_ids", "spill_address", "message", "node_id")
@@ -587,10 +595,12 @@ class LeaseReply(_message.Message):
         SPILLBACK: _ClassVar[LeaseReply.Status]
         INFEASIBLE: _ClassVar[LeaseReply.Status]
         CANCELLED: _ClassVar[LeaseReply.Status]
+        RUNTIME_ENV_FAILED: _ClassVar[LeaseReply.Status]
     GRANTED: LeaseReply.Status
     SPILLBACK: LeaseReply.Status
     INFEASIBLE: LeaseReply.Status
     CANCELLED: LeaseReply.Status
+    RUNTIME_ENV_FAILED: LeaseReply.Status
     STATUS_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -636,16 +646,18 @@ class WorkerRegisterRequest(_message.Message):
     def __init__(self, worker_id: _Optional[bytes] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
 
 class WorkerRegisterReply(_message.Message):
-    __slots__ = ("node_id", "head_address", "store_dir", "session_dir")
+    __slots__ = ("node_id", "head_address", "store_dir", "session_dir", "runtime_env")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HEAD_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STORE_DIR_FIELD_NUMBER: _ClassVar[int]
     SESSION_DIR_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     node_id: bytes
     head_address: str
     store_dir: str
     session_dir: str
-    def __init__(self, node_id: _Optional[bytes] = ..., head_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ...) -> None: ...
+    runtime_env: str
+    def __init__(self, node_id: _Optional[bytes] = ..., head_address: _Optional[str] = ..., store_dir: _Optional[str] = ..., session_dir: _Optional[str] = ..., runtime_env: _Optional[str] = ...) -> None: ...
 
 class BlockedRequest(_message.Message):
     __slots__ = ("worker_id", "blocked")
@@ -804,7 +816,7 @@ class ObjectLocation(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., data: _Optional[bytes] = ..., in_store: _Optional[bool] = ..., size: _Optional[int] = ..., node_id: _Optional[bytes] = ..., node_address: _Optional[str] = ..., owner_address: _Optional[str] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async", "capture_pg")
+    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async", "capture_pg", "runtime_env")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -826,6 +838,7 @@ class TaskSpec(_message.Message):
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     IS_ASYNC_FIELD_NUMBER: _ClassVar[int]
     CAPTURE_PG_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ENV_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     function_id: bytes
@@ -847,7 +860,8 @@ class TaskSpec(_message.Message):
     max_concurrency: int
     is_async: bool
     capture_pg: bytes
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ..., capture_pg: _Optional[bytes] = ...) -> None: ...
+    runtime_env: str
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ..., capture_pg: _Optional[bytes] = ..., runtime_env: _Optional[str] = ...) -> None: ...
 
 class TaskReply(_message.Message):
     __slots__ = ("task_id", "attempt", "returns", "is_error", "retryable", "worker_exiting", "start_time", "end_time", "cancelled", "worker_id", "worker_pid", "requeued", "node_id")

@@ -1,0 +1,311 @@
+"""The worker actor: runs one rank's training function in a thread and hands out its
+reports when the driver polls.
+
+The driver (``_controller.py``) keeps one ``run(ack, timeout)`` call pending on every
+worker. ``run`` blocks until the training function reports, returns or raises, and
+returns every event the driver has not acknowledged yet (see
+:class:`~nbcluster.train._session.Outbox`). The function itself runs in a daemon thread,
+so the actor stays responsive (``stop`` and ``run`` are served while it trains).
+
+What the function prints goes to the driver, under the cell that called ``fit()``, with
+each line prefixed ``[rank N]``: ``sys.stdout``/``sys.stderr`` are wrapped, and text
+written while no ``run`` call is active is held (bounded) and sent with the next one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import io
+import os
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cloudpickle
+
+import nbcluster
+from nbcluster.train._checkpoint import Checkpoint
+from nbcluster.train._session import Outbox, Session, StopTraining, TrainContext, set_session
+
+__all__ = ["TrainWorker", "WorkerSetup"]
+
+#: Text held while no poll is active, at most (the rest is counted and reported).
+MAX_HELD_CHARS = 256 * 1024
+
+
+class _OutputGate:
+    """Decides where the wrapped streams' text goes: straight to the task's stream while
+    a ``run`` call is active, otherwise into a bounded buffer."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = False
+        self.rank = 0
+        self.held: list[tuple[Any, str]] = []
+        self.held_chars = 0
+        self.dropped = 0
+        self.last_target: Any = None
+
+    def write(self, target: Any, text: str) -> None:
+        with self.lock:
+            self.last_target = target
+            if self.active:
+                target.write(text)
+                return
+            if self.held_chars + len(text) > MAX_HELD_CHARS:
+                self.dropped += text.count("\n") or 1
+                return
+            self.held.append((target, text))
+            self.held_chars += len(text)
+
+    def open(self) -> None:
+        """A poll starts: send what was held, then write through."""
+        with self.lock:
+            self._flush_locked()
+            self.active = True
+
+    def close(self) -> None:
+        """A poll ends: hold text until the next one."""
+        with self.lock:
+            self._flush_locked()
+            self.active = False
+
+    def _flush_locked(self) -> None:
+        held, self.held, self.held_chars = self.held, [], 0
+        for target, text in held:
+            target.write(text)
+        if self.dropped and self.last_target is not None:
+            self.last_target.write(
+                f"[rank {self.rank}] [... {self.dropped} more lines dropped while the driver "
+                "was not reading ...]\n"
+            )
+        self.dropped = 0
+
+
+class _RankStream(io.TextIOBase):
+    """A text stream that prefixes each line with ``[rank N]`` and goes through the gate."""
+
+    def __init__(self, target: Any, gate: _OutputGate) -> None:
+        self.target = target
+        self.gate = gate
+        self._line_start = True
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if not text:
+            return 0
+        prefix = f"[rank {self.gate.rank}] "
+        parts = text.splitlines(keepends=True)
+        out = []
+        for part in parts:
+            out.append(prefix + part if self._line_start else part)
+            self._line_start = part.endswith("\n")
+        self.gate.write(self.target, "".join(out))
+        return len(text)
+
+    def flush(self) -> None:
+        flush = getattr(self.target, "flush", None)
+        if flush is not None:
+            flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def fileno(self) -> int:
+        return self.target.fileno()  # type: ignore[no-any-return]
+
+
+class WorkerSetup:
+    """What a backend needs to set a worker up (see ``BackendConfig.on_worker_setup``)."""
+
+    def __init__(
+        self,
+        world_rank: int,
+        world_size: int,
+        local_rank: int,
+        local_world_size: int,
+        node_rank: int,
+        master_addr: str,
+        master_port: int,
+        use_gpu: bool,
+        num_cpus: float,
+    ) -> None:
+        self.world_rank = world_rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.local_world_size = local_world_size
+        self.node_rank = node_rank
+        self.master_addr = master_addr
+        self.master_port = master_port
+        self.use_gpu = use_gpu
+        self.num_cpus = num_cpus
+
+    def env(self) -> dict[str, str]:
+        """The usual distributed-training environment variables."""
+        return {
+            "RANK": str(self.world_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "NODE_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+        }
+
+
+def _takes_config(fn: Callable[..., Any]) -> bool:
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):
+        return True
+
+
+class TrainWorker:
+    """One rank of a worker group (an actor). Created by ``_group.WorkerGroup``."""
+
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        self._preload_error: BaseException | None = None
+        self._preloader = threading.Thread(
+            target=self._preload, args=(preload,), name="train-preload", daemon=True
+        )
+        self._preloader.start()
+        self._gate = _OutputGate()
+        if not isinstance(sys.stdout, _RankStream):
+            sys.stdout = _RankStream(sys.stdout, self._gate)
+            sys.stderr = _RankStream(sys.stderr, self._gate)
+        self._outbox: Outbox | None = None
+        self._thread: threading.Thread | None = None
+        self._backend: Any = None
+        self._backend_state: Any = None
+
+    def _preload(self, modules: tuple[str, ...]) -> None:
+        try:
+            for name in modules:
+                importlib.import_module(name)
+        except BaseException as err:  # noqa: BLE001 - reported by setup()
+            self._preload_error = err
+
+    # -- set-up -----------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Where this worker runs: pid, node id, host name, GPU ids."""
+        ctx = nbcluster.get_runtime_context()
+        return {
+            "pid": os.getpid(),
+            "node_id": ctx.get_node_id(),
+            "hostname": socket.gethostname(),
+            "gpu_ids": list(nbcluster.get_gpu_ids()),
+        }
+
+    def free_port(self, host: str) -> int:
+        """A port that is free on ``host`` now (rank 0 picks the rendezvous port)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+
+    def setup(self, setup: WorkerSetup, backend: Any) -> None:
+        """Set the environment and run the backend's set-up (e.g. join the process group)."""
+        self._preloader.join()
+        if self._preload_error is not None:
+            raise self._preload_error
+        os.environ.update(setup.env())
+        self._gate.rank = setup.world_rank
+        if self._backend is not None and self._backend_state is not None:
+            self._backend.on_worker_shutdown(self._backend_state)
+        self._backend = backend
+        self._backend_state = backend.on_worker_setup(setup) if backend is not None else None
+
+    def teardown(self) -> None:
+        """Run the backend's shutdown (leave the process group)."""
+        if self._backend is not None and self._backend_state is not None:
+            self._backend.on_worker_shutdown(self._backend_state)
+        self._backend = self._backend_state = None
+
+    # -- a run ------------------------------------------------------------------------------
+    def start(
+        self,
+        fn: Callable[..., Any],
+        config: Mapping[str, Any] | None,
+        context: TrainContext,
+        next_index: int,
+        checkpoint_path: str | None,
+        dataset_shards: Mapping[str, Any],
+    ) -> None:
+        """Start the training function in a thread and return at once."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("this worker is still running a training function")
+        outbox = Outbox()
+        self._outbox = outbox
+        self._gate.rank = context.world_rank
+        session = Session(
+            context=context,
+            outbox=outbox,
+            next_index=next_index,
+            checkpoint=Checkpoint(checkpoint_path) if checkpoint_path else None,
+            dataset_shards=dict(dataset_shards),
+        )
+        rank = context.world_rank
+
+        def main() -> None:
+            set_session(session)
+            try:
+                value = fn(config if config is not None else {}) if _takes_config(fn) else fn()
+                if rank != 0:
+                    value = None
+                else:
+                    try:
+                        cloudpickle.dumps(value)
+                    except Exception as err:  # noqa: BLE001 - name the problem
+                        raise TypeError(
+                            "the training function returned a value that cannot be pickled "
+                            f"({type(value).__name__}: {err}); return plain data, or save "
+                            "the object in a checkpoint"
+                        ) from None
+                outbox.put(("done", value))
+            except StopTraining:
+                outbox.put(("stopped",))
+            except BaseException as err:  # noqa: BLE001 - reported to the driver
+                tb = err.__traceback__.tb_next if err.__traceback__ is not None else None
+                text = "".join(traceback.format_exception(type(err), err, tb))
+                try:
+                    cloudpickle.dumps(err)
+                    payload: BaseException | None = err
+                except Exception:  # noqa: BLE001 - unpicklable: the text will do
+                    payload = None
+                outbox.put(("error", text, payload))
+            finally:
+                set_session(None)
+                for stream in (sys.stdout, sys.stderr):
+                    if isinstance(stream, _RankStream):
+                        stream._line_start = True
+
+        self._thread = threading.Thread(target=main, name=f"train-rank-{rank}", daemon=True)
+        self._thread.start()
+
+    def run(self, ack: int, timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
+        """Wait up to ``timeout`` s for events after ``ack``; return them (oldest first)."""
+        outbox = self._outbox
+        if outbox is None:
+            raise RuntimeError("no training function was started on this worker")
+        self._gate.open()
+        try:
+            return outbox.take(ack, timeout)
+        finally:
+            self._gate.close()
+
+    def stop(self) -> bool:
+        """Ask the training function to stop at its next report; True if it still runs."""
+        if self._outbox is not None:
+            self._outbox.request_stop()
+        return self._thread is not None and self._thread.is_alive()

@@ -1,0 +1,1 @@
+"""How an experiment runs: the controller (decisions), runners (trial hosts), storage, driver."""

@@ -1,0 +1,5 @@
+"""``OptunaSearch`` (needs ``optuna``, in the ``tune`` extra)."""
+
+from nbcluster.tune.search.optuna.optuna_search import OptunaSearch
+
+__all__ = ["OptunaSearch"]
