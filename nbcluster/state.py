@@ -46,6 +46,11 @@ __all__ = [
     "NodeChange",
     "StoreChange",
     "subscribe_events",
+    "actor_handle_info",
+    "cancel_unreferenced_tasks",
+    "code_version",
+    "set_task_observer",
+    "refresh_exported_code",
 ]
 
 
@@ -696,3 +701,123 @@ def subscribe_events(
         on_error=lambda message: callback(EventBatch((), connected=False, error=message)),
     )
     return EventSubscription(stream)
+
+
+# -- notebooks: code versions, the cells tasks come from, actors to remake (issue 13) ------------
+
+
+def set_task_observer(observer: Callable[[str, str, Any], None] | None) -> None:
+    """Call ``observer(task_id_hex, name, submit_context)`` for every task and actor call
+    this driver submits, on the submitting thread (it must be quick); None removes it."""
+    client = context.require_client()
+    if observer is None:
+        client.task_observer = None  # type: ignore[attr-defined]
+        return
+
+    def adapt(task_id: bytes, name: str, ctx: Any) -> None:
+        observer(task_id.hex(), name, ctx)
+
+    client.task_observer = adapt  # type: ignore[attr-defined]
+
+
+def code_version(obj: Any) -> str:
+    """A hash of the code of a remote function or actor class (hex).
+
+    For a function it is the hash of the pickled function (its source and what its closure
+    and globals hold): the key ``.remote()`` exports it under, so a changed definition is
+    exported anew and workers never run an older copy. For an actor class it is the hash
+    of its methods' code, defaults and simple class attributes (each class object pickles
+    to different bytes, so the same class defined again keeps its version).
+    """
+    import cloudpickle
+
+    from nbcluster._actor import ActorClass
+    from nbcluster._remote import RemoteFunction
+    from nbcluster._runtime.serialization import function_hash
+
+    if isinstance(obj, RemoteFunction):
+        return function_hash(cloudpickle.dumps(obj._function)).hex()
+    if not isinstance(obj, ActorClass):
+        raise TypeError(f"code_version() takes a remote function or actor class, not {obj!r:.60}")
+    return function_hash(_class_fingerprint(obj._cls)).hex()
+
+
+def _code_key(code: Any) -> str:
+    """The parts of a code object that make its behaviour, as text (nested code included)."""
+    consts = [_code_key(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return (
+        f"{code.co_filename}:{code.co_firstlineno}:{code.co_code.hex()}:{consts}:"
+        f"{code.co_names}:{code.co_varnames}"
+    )
+
+
+def _class_fingerprint(cls: type) -> bytes:
+    parts = [f"{cls.__module__}.{cls.__qualname__}({[b.__qualname__ for b in cls.__bases__]})"]
+    for name, value in sorted(vars(cls).items()):
+        fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+        fn = fn.fget if isinstance(fn, property) else fn
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            parts.append(f"{name}:{_code_key(code)}:{getattr(fn, '__defaults__', None)!r}")
+        elif isinstance(value, int | float | str | bytes | bool | type(None) | tuple):
+            parts.append(f"{name}={value!r}")
+    return "\n".join(parts).encode()
+
+
+def actor_handle_info(handle: Any) -> dict[str, Any]:
+    """What this process knows of an actor handle, without asking the cluster:
+    ``{"actor_id", "class_name", "code_version", "creation"}``. For actors made here,
+    ``code_version`` is :func:`code_version` of the class they were made from and
+    ``creation`` is ``{"actor_class", "args", "kwargs", "name", "namespace", "lifetime"}``;
+    otherwise both are None."""
+    client = context.current_client()
+    made = getattr(client, "actor_creations", {}).get(handle._actor_id) if client else None
+    creation = None
+    version = None
+    if made is not None:
+        actor_class, args, kwargs, name, namespace, lifetime = made
+        creation = {
+            "actor_class": actor_class,
+            "args": args,
+            "kwargs": kwargs,
+            "name": name,
+            "namespace": namespace,
+            "lifetime": lifetime,
+        }
+        version = code_version(actor_class)
+    return {
+        "actor_id": handle._actor_id.hex(),
+        "class_name": handle._meta["class_name"],
+        "code_version": version,
+        "creation": creation,
+    }
+
+
+def cancel_unreferenced_tasks(predicate: Callable[[Any], bool]) -> int:
+    """Cancel this driver's unfinished tasks whose submit context matches and whose results
+    nothing in this process refers to any more; return how many."""
+    import threading
+
+    client = context.require_client()
+    # Dropped refs are settled on the I/O loop, in order: once a callback queued now has
+    # run there, every ref dropped before this call has been counted.
+    settled = threading.Event()
+    client.loop.call_soon_threadsafe(settled.set)
+    settled.wait(5.0)
+    ids = []
+    for tid in pending_tasks(predicate):
+        rec = client.submitter.tasks.get(bytes.fromhex(tid))
+        if rec is not None and all(client.table.get(oid) is None for oid in rec.return_ids):
+            ids.append(tid)
+    for tid in ids:
+        client.submitter.cancel(bytes.fromhex(tid), False)
+    return len(ids)
+
+
+def refresh_exported_code() -> None:
+    """Make every remote function and actor class pickle itself again when next used, e.g.
+    after a module reload changed the code they refer to (each is exported under the
+    hash of what it pickles to, so workers then run the new code)."""
+    from nbcluster._remote import refresh_exported_code as refresh
+
+    refresh()

@@ -11,14 +11,16 @@
 - the interrupt handler (:class:`InterruptHandler`), so interrupting a cell that waits
   in ``get``/``wait`` cancels the tasks that cell submitted (``on_interrupt="cancel"``)
   or leaves them running and says how many (``"keep"``);
-- after every cell, the output-ref policy (:mod:`~nbcluster.jupyter.memory`): refs
+- the task observer (:class:`~nbcluster.jupyter.cells.CellTracker`): which cell
+  submitted each task and actor call; re-running a cell cancels the unreferenced pending
+  work of its previous run; a second interrupt force-kills what the first one cancelled;
+- after every cell, a look for redefined actor classes whose old actors still run
+  (:mod:`~nbcluster.jupyter.versions`: one warning, ``%cluster restart-actors``), and
+  the output-ref policy (:mod:`~nbcluster.jupyter.memory`): refs
   kept only by IPython's output history (``Out[n]``) are dropped (default: all but the
   10 most recent such outputs);
-- in an ipykernel, the keep-alive (:class:`KeepAlive`): while tasks this kernel submitted
-  run and no cell executes, the kernel reports activity every ``NBCLUSTER_KEEPALIVE_S``
-  seconds (default 60; 0 turns it off), so an idle culler (jupyter_server's, Binder's)
-  does not shut down a kernel whose cluster is working. When the culler does shut the
-  kernel down, its cluster ends with it (the parent-death watch).
+- in an ipykernel, the keep-alive (:mod:`~nbcluster.jupyter.keepalive`), so idle
+  culling spares a kernel whose tasks run.
 
 The hooks belong to one connection: after ``shutdown()`` and a new ``init()`` they are
 installed again (``%cluster start``/``connect`` do it, and so does the check the
@@ -28,26 +30,25 @@ extension runs before and after every cell).
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
 from nbcluster import state
+from nbcluster.jupyter.cells import CellTracker
+from nbcluster.jupyter.keepalive import KeepAlive, keepalive_interval
 from nbcluster.jupyter.memory import DEFAULT_OUT_POLICY, OutPolicy, apply_out_policy
 from nbcluster.jupyter.output import OUTPUT_MODES, OutputRouter, cell_header, kernel_of
+from nbcluster.jupyter.versions import CodeVersions
 
-__all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KeepAlive", "KernelHooks", "OnInterrupt"]
+__all__ = ["ON_INTERRUPT_CHOICES", "InterruptHandler", "KernelHooks", "OnInterrupt"]
 
 log = logging.getLogger(__name__)
 
 OnInterrupt = Literal["cancel", "keep"]
 ON_INTERRUPT_CHOICES: tuple[OnInterrupt, ...] = ("cancel", "keep")
-#: Seconds between two activity reports while tasks run (environment variable; 0: off).
-KEEPALIVE_ENV = "NBCLUSTER_KEEPALIVE_S"
-DEFAULT_KEEPALIVE_S = 60.0
 
 
 def _default_output_mode() -> str:
@@ -59,74 +60,27 @@ def _default_output_mode() -> str:
     return "log"
 
 
-def keepalive_interval() -> float:
-    """``$NBCLUSTER_KEEPALIVE_S`` (default 60 s; 0 or less turns the keep-alive off)."""
-    raw = os.environ.get(KEEPALIVE_ENV, "")
-    try:
-        return float(raw) if raw else DEFAULT_KEEPALIVE_S
-    except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %s", KEEPALIVE_ENV, raw, 60)
-        return DEFAULT_KEEPALIVE_S
-
-
-class KeepAlive:
-    """Reports kernel activity while ``working()`` says tasks run and no cell executes.
-
-    The report is an iopub ``status: idle`` message with no parent: true (no cell runs),
-    ignored by front ends, and counted as activity by jupyter_server (which is what its
-    culler and JupyterHub's, through the server's last activity, look at). A thread
-    ``nbcluster-keepalive`` checks every ``interval`` seconds; :meth:`close` stops it.
-    """
-
-    def __init__(self, kernel: Any, working: Callable[[], bool], interval: float) -> None:
-        self._kernel = kernel
-        self._working = working
-        self.interval = interval
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nbcluster-keepalive", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                if self._working():
-                    self.beat()
-            except Exception:  # noqa: BLE001 - a keep-alive must never disturb the kernel
-                log.debug("nbcluster keep-alive failed", exc_info=True)
-
-    def beat(self) -> None:
-        """Publish one activity report now."""
-        kernel = self._kernel
-        topic = kernel._topic("status") if hasattr(kernel, "_topic") else b"kernel.status"
-        kernel.session.send(
-            kernel.iopub_socket, "status", {"execution_state": "idle"}, parent={}, ident=topic
-        )
-        self.sent += 1
-
-    def close(self) -> None:
-        """Stop reporting."""
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(5)
-
-
 class InterruptHandler:
     """Called by ``get``/``wait`` on ``KeyboardInterrupt``, on the thread that was waiting.
 
     Finds the tasks submitted by the cell being interrupted (same ``msg_id`` in their
-    submit context as ``current_cell()``) that have not finished, cancels them unless
-    ``on_interrupt`` is ``"keep"``, and prints one line saying so. It never raises: the
-    ``KeyboardInterrupt`` must reach the user.
+    submit context as ``current_cell()``) that have not finished. With ``"cancel"`` it
+    cancels them politely (a ``KeyboardInterrupt`` inside each task) and waits up to
+    ``grace_s`` seconds for them to stop, the cell still busy; **interrupting again**
+    meanwhile force-kills the workers still running them. With ``"keep"`` it leaves them
+    running and says how many. It never raises: the ``KeyboardInterrupt`` must reach the
+    user.
     """
 
     def __init__(
         self,
         current_cell: Callable[[], dict[str, Any] | None],
         on_interrupt: OnInterrupt = "cancel",
+        grace_s: float = 10.0,
     ) -> None:
         self.current_cell = current_cell
         self.on_interrupt: OnInterrupt = on_interrupt
+        self.grace_s = grace_s
 
     def __call__(self) -> None:
         try:
@@ -140,16 +94,47 @@ class InterruptHandler:
 
             if self.on_interrupt == "cancel":
                 n = state.cancel_tasks(same_cell)
-                line = f"nbcluster: interrupted; cancelled {n} task(s) submitted by this cell"
+                _say(f"nbcluster: interrupted; cancelled {n} task(s) submitted by this cell")
+                if n:
+                    self._grace(same_cell)
             else:
                 n = len(state.pending_tasks(same_cell))
-                line = (
+                _say(
                     f"nbcluster: interrupted; {n} task(s) submitted by this cell keep running "
                     "(on-interrupt is 'keep'; nbcluster.cancel(ref) stops one)"
                 )
-            print(line, file=sys.stderr, flush=True)
         except Exception:  # noqa: BLE001 - the KeyboardInterrupt must still propagate
             log.exception("nbcluster interrupt handler failed")
+
+    def _grace(self, same_cell: Callable[[Any], bool]) -> None:
+        """Wait for the cancelled tasks to stop; a second interrupt force-kills them."""
+        deadline = time.monotonic() + self.grace_s
+        told = False
+        try:
+            while time.monotonic() < deadline:
+                left = len(state.pending_tasks(same_cell))
+                if not left:
+                    return
+                if not told and time.monotonic() > deadline - self.grace_s + 0.5:
+                    _say(
+                        f"nbcluster: {left} task(s) still running; interrupt again to "
+                        "force-kill their workers"
+                    )
+                    told = True
+                time.sleep(0.05)
+            left = len(state.pending_tasks(same_cell))
+            if left:
+                _say(
+                    f"nbcluster: {left} task(s) did not stop; nbcluster.cancel(ref, force=True) "
+                    "kills one"
+                )
+        except KeyboardInterrupt:
+            n = state.cancel_tasks(same_cell, force=True)
+            _say(f"nbcluster: interrupted again; force-killed the workers of {n} task(s)")
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class KernelHooks:
@@ -167,6 +152,11 @@ class KernelHooks:
         self.keepalive: KeepAlive | None = None
         #: What happens to refs kept in ``Out[n]`` after each cell (``%cluster out-refs``).
         self.out_policy: OutPolicy = DEFAULT_OUT_POLICY
+        #: Which cell submitted each task; re-runs cancel unreferenced work (``%cluster rerun``).
+        self.cells = CellTracker()
+        self.cells.activate()
+        #: Redefined actor classes and their old actors (``%cluster restart-actors``).
+        self.versions = CodeVersions(shell)
 
     @property
     def on_interrupt(self) -> OnInterrupt:
@@ -196,6 +186,7 @@ class KernelHooks:
         """Install the hooks on the current connection (it must exist)."""
         state.set_submit_context_provider(self.current_cell)
         state.set_interrupt_handler(self.interrupt_handler)
+        state.set_task_observer(self.cells.observe)
         kernel = self._kernel
         if kernel is not None:
             if self._router is None:
@@ -228,6 +219,7 @@ class KernelHooks:
         if state.is_connected() and state.session_info()["job_id"] == self._installed_job:
             state.set_submit_context_provider(None)
             state.set_interrupt_handler(None)
+            state.set_task_observer(None)
             state.set_output_handler(None)
         self._installed_job = ""
         if self._router is not None:
@@ -242,6 +234,18 @@ class KernelHooks:
         if self._router is not None:
             self._router.flush()
 
+    def current_cell_header(self) -> dict[str, Any] | None:
+        """The running cell's header, without telling its log area anything."""
+        return cell_header(self.shell) if self._kernel is not None else self._plain_cell
+
+    @staticmethod
+    def _guard(fn: Callable[[], Any]) -> None:
+        """Run a per-cell step; its failure is logged, never raised into the cell."""
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - never break the cell that just ran
+            log.debug("nbcluster: a per-cell step failed", exc_info=True)
+
     def current_cell(self) -> dict[str, Any] | None:
         """The header naming the cell that runs now (the submit context of its tasks).
 
@@ -255,24 +259,28 @@ class KernelHooks:
             return header
         return self._plain_cell
 
-    def cell_started(self) -> None:
-        """A cell starts (``pre_run_cell``): outside a kernel, give it a name."""
+    def cell_started(self, info: Any = None) -> None:
+        """A cell starts (``pre_run_cell``): outside a kernel, give it a name; remember which
+        notebook cell it is (``info.cell_id``) and its ``In [n]``."""
         self._cell_running = True
-        if self._router is not None:
-            header = cell_header(self.shell)
-            self._router.areas.cell_started(str(header["msg_id"]) if header else None)
         if self._kernel is None:
             self._plain_cell = {"msg_id": f"ipython-{uuid.uuid4().hex}", "msg_type": "cell"}
+        header = self.current_cell_header()
+        if self._router is not None:
+            self._router.areas.cell_started(str(header["msg_id"]) if header else None)
+        self.cells.cell_started(header, getattr(info, "cell_id", None))
+        self._guard(self.versions.sync_reloadable_modules)
 
-    def cell_finished(self) -> None:
+    def cell_finished(self, result: Any = None) -> None:
         """A cell finished (``post_run_cell``): its log area is put in place if it submitted
         work; ``Out[n]`` refs the output-ref policy no longer keeps are dropped; outside a
         kernel, no cell runs now."""
         self._cell_running = False
-        try:
-            apply_out_policy(self.shell.user_ns, self.out_policy, self.shell)
-        except Exception:  # noqa: BLE001 - never break the cell that just ran
-            log.debug("nbcluster: applying the output-ref policy failed", exc_info=True)
+        self._guard(lambda: apply_out_policy(self.shell.user_ns, self.out_policy, self.shell))
+        count = getattr(result, "execution_count", None)
+        self._guard(lambda: self.cells.cell_finished(count))
+        self._guard(self.versions.check)
+        self._guard(self.versions.sync_reloadable_modules)
         if self._router is not None:
             self._router.flush()
             self._router.areas.cell_finished(cell_header(self.shell))

@@ -12,6 +12,8 @@ Load with ``%load_ext nbcluster``. Subcommands::
     %cluster widgets
     %cluster output [log|stream]
     %cluster out-refs [keep|clear|last N]
+    %cluster rerun [cancel|keep]
+    %cluster restart-actors
 
 ``%cluster SUBCOMMAND --help`` shows each one's usage. Arguments are parsed with
 ``argparse`` and typed converters; nothing typed after ``%cluster`` is ever evaluated.
@@ -226,6 +228,21 @@ def build_parser() -> argparse.ArgumentParser:
         "keep theirs (the default is last 10). Without arguments, show the policy.",
     )
     out_refs.add_argument("policy", nargs="*", metavar="keep|clear|last N")
+    rerun = sub.add_parser(
+        "rerun",
+        help="what re-running a cell does to the pending work of its previous run",
+        description="cancel (the default): re-running a cell cancels the tasks of its previous "
+        "run that are still pending and whose results nothing refers to any more; keep: "
+        "leave them. Without an argument, show the choice.",
+    )
+    rerun.add_argument("policy", nargs="?", choices=("cancel", "keep"))
+    sub.add_parser(
+        "restart-actors",
+        help="restart the actors that run an older version of a redefined class",
+        description="Kill every actor (held by a notebook variable) made from an older "
+        "version of an actor class this notebook redefined, and make it again from the new "
+        "class with the same arguments, name and lifetime.",
+    )
     return parser
 
 
@@ -425,6 +442,25 @@ class ClusterMagics(Magics):
             )
         return dashboard()
 
+    def _rerun(self, args: argparse.Namespace) -> None:
+        if args.policy is not None:
+            self.hooks.cells.on_rerun = args.policy
+        what = {
+            "cancel": "cancels the unreferenced pending tasks of its previous run",
+            "keep": "leaves the tasks of its previous run alone",
+        }[self.hooks.cells.on_rerun]
+        print(f"nbcluster: re-running a cell {what} ({self.hooks.cells.on_rerun})")
+
+    def _restart_actors(self, args: argparse.Namespace) -> None:
+        if not state.is_connected():
+            raise UsageError("no cluster: run %cluster start first")
+        if not self.hooks.versions.stale:
+            print("nbcluster: no actor runs an older version of a redefined class")
+            return
+        done = self.hooks.versions.restart()
+        if done:
+            print(f"nbcluster: restarted {', '.join(done)} on the new code")
+
     def _out_refs(self, args: argparse.Namespace) -> None:
         if args.policy:
             try:
@@ -450,12 +486,12 @@ class ClusterMagics(Magics):
 
     def _pre_cell(self, *args: Any) -> None:
         """Before each cell: name it; hook into a connection made with ``nbcluster.init()``."""
-        self.hooks.cell_started()
+        self.hooks.cell_started(args[0] if args else None)
         self.hooks.ensure_installed()
 
     def _post_cell(self, *args: Any) -> None:
         """After each cell: the cell is over; hook into a connection it made."""
-        self.hooks.cell_finished()
+        self.hooks.cell_finished(args[0] if args else None)
         self.hooks.ensure_installed()
 
 

@@ -49,9 +49,24 @@ class Kernel:
         assert isinstance(pid, int) and pid > 0, pid
         return pid
 
-    def submit(self, code: str) -> str:
-        """Send an execute request; return its msg_id without waiting."""
-        return str(self.client.execute(code, store_history=False, allow_stdin=False))
+    def submit(self, code: str, cell_id: str | None = None, store_history: bool = False) -> str:
+        """Send an execute request; return its msg_id without waiting.
+
+        ``cell_id`` is sent as the request's ``cellId`` metadata, as JupyterLab does (which
+        notebook cell this is); ``store_history`` gives the cell an ``In [n]``.
+        """
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": store_history,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        metadata = {"cellId": cell_id} if cell_id else {}
+        msg = self.client.session.msg("execute_request", content, metadata=metadata)
+        self.client.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
 
     def pump(self, timeout: float = 0.1) -> None:
         """Move pending iopub and shell messages into :attr:`messages` / :attr:`replies`."""
@@ -112,9 +127,9 @@ class Kernel:
         )
         return self.replies[msg_id]
 
-    def run(self, code: str, timeout: float = DEADLINE_S) -> str:
+    def run(self, code: str, timeout: float = DEADLINE_S, **submit: Any) -> str:
         """Execute ``code``; fail unless it succeeds; return the msg_id."""
-        msg_id = self.submit(code)
+        msg_id = self.submit(code, **submit)
         reply = self.wait_done(msg_id, timeout)
         if reply["content"]["status"] != "ok":
             raise AssertionError(

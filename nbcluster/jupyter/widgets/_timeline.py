@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from nbcluster.jupyter.cells import cell_of
 from nbcluster.jupyter.widgets._base import LiveWidget, format_seconds, node_label
 from nbcluster.jupyter.widgets._feed import Feed, FeedUpdate
 from nbcluster.state import NodeStats, TaskEvent
@@ -49,6 +50,8 @@ class Timeline(LiveWidget):
     widget saw them are counted in the title too.
 
     ``job_id``: show only that job's tasks (hex id; default: every job on the cluster).
+    ``cell``: show only the tasks and actor calls submitted by the cell ``In [cell]`` of
+    this notebook (``%load_ext nbcluster`` records which cell submitted what).
     ``feed``: the feed to subscribe to (default: the kernel's). Call :meth:`close` to
     stop updating. :meth:`add_events` feeds events directly (tests, replays).
     """
@@ -58,12 +61,14 @@ class Timeline(LiveWidget):
         *,
         window: int = 2000,
         job_id: str | None = None,
+        cell: int | None = None,
         feed: Feed | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1 bar, got {window}")
         self.window = window
         self.job_id = job_id
+        self.cell = cell
         self._recent: collections.deque[TaskEvent] = collections.deque(maxlen=window)
         self.summary: dict[str, FunctionSummary] = {}
         self.total = 0
@@ -123,10 +128,12 @@ class Timeline(LiveWidget):
 
     def _ingest(self, events: Iterable[TaskEvent]) -> int:
         n = 0
-        recent, summary, job = self._recent, self.summary, self.job_id
+        recent, summary, job, cell = self._recent, self.summary, self.job_id, self.cell
         t0 = self._t0
         for e in events:
             if job is not None and e.job_id != job:
+                continue
+            if cell is not None and cell_of(e.task_id) != cell:
                 continue
             s = summary.get(e.name)
             if s is None:
