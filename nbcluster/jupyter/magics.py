@@ -5,7 +5,8 @@ Load with ``%load_ext nbcluster``. Subcommands::
     %cluster start [--num-cpus N] [--num-gpus N] [--nodes K] [--object-store-memory SIZE]
                    [--max-nodes N [--idle-timeout SECONDS]] [--runtime-env JSON]
                    [--on-interrupt cancel|keep] [--ignore-metadata]
-    %cluster connect ADDRESS|auto [--on-interrupt cancel|keep]
+    %cluster connect ADDRESS|auto [--session NAME] [--on-interrupt cancel|keep]
+    %cluster keep VAR [VAR ...]
     %cluster status
     %cluster scale N
     %cluster stop
@@ -42,7 +43,7 @@ import nbcluster
 from nbcluster import state
 from nbcluster._sizing import choose_cluster_size, detect_container_limits
 from nbcluster.config import Config
-from nbcluster.jupyter import notebook_spec
+from nbcluster.jupyter import notebook_spec, session
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.hooks import ON_INTERRUPT_CHOICES, KernelHooks
 from nbcluster.jupyter.job_magics import load_job_magics, unload_job_magics
@@ -195,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster on this host with 'auto'.",
     )
     connect.add_argument("address", metavar="ADDRESS", help="host:port of the head, or 'auto'")
+    connect.add_argument(
+        "--session",
+        metavar="NAME",
+        help="name this notebook's session: its named actors and kept results come back "
+        "when it connects again with the same name (after a kernel restart)",
+    )
     _add_on_interrupt(connect)
 
     sub.add_parser("status", help="show the connected cluster", description="Show the cluster.")
@@ -236,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
         "leave them. Without an argument, show the choice.",
     )
     rerun.add_argument("policy", nargs="?", choices=("cancel", "keep"))
+    keep = sub.add_parser(
+        "keep",
+        help="keep variables' values in this notebook's session (they come back on connect)",
+        description="Copy the values of these variables (or the values their refs point to) "
+        "into the session's store on the cluster; %cluster connect ADDRESS --session NAME "
+        "puts them back after a kernel restart.",
+    )
+    keep.add_argument("names", nargs="+", metavar="VAR")
     sub.add_parser(
         "restart-actors",
         help="restart the actors that run an older version of a redefined class",
@@ -394,8 +409,43 @@ class ClusterMagics(Magics):
                     f"{args.address}"
                 )
             return self._attach(args.on_interrupt)
+        if args.session is not None:
+            try:
+                session.use(args.session)
+            except ValueError as err:
+                raise UsageError(f"%cluster connect: {err}") from None
+            nbcluster.init(address=args.address, namespace=args.session)
+            view = self._attach(args.on_interrupt)
+            self._resume()
+            return view
         nbcluster.init(address=args.address)
         return self._attach(args.on_interrupt)
+
+    def _resume(self) -> None:
+        back = session.resume(self.shell.user_ns)
+        name = session.current()
+        parts = []
+        if back["actors"]:
+            parts.append(f"actors {', '.join(back['actors'])}")
+        if back["results"]:
+            parts.append(f"kept results {', '.join(back['results'])}")
+        got = "; ".join(parts) if parts else "nothing yet (a new session)"
+        print(f"nbcluster: session {name!r}: got back {got}")
+        if back["skipped"]:
+            print(f"nbcluster: left alone (already defined here): {', '.join(back['skipped'])}")
+
+    def _keep(self, args: argparse.Namespace) -> None:
+        if not state.is_connected() or session.current() is None:
+            raise UsageError(
+                "%cluster keep needs a session: %cluster connect ADDRESS --session NAME"
+            )
+        ns = self.shell.user_ns
+        missing = [n for n in args.names if n not in ns]
+        if missing:
+            raise UsageError(f"%cluster keep: no variable {', '.join(missing)}")
+        for n in args.names:
+            session.keep(n, ns[n])
+        print(f"nbcluster: session {session.current()!r} keeps {', '.join(args.names)}")
 
     def _status(self, args: argparse.Namespace) -> ClusterView | None:
         if not state.is_connected():
@@ -420,6 +470,7 @@ class ClusterMagics(Magics):
             print("nbcluster: no cluster to stop")
             return
         info = state.session_info()
+        session.use(None)
         self.hooks.uninstall()
         self._view = None
         nbcluster.shutdown()
