@@ -43,7 +43,7 @@ def test_round_trip_and_arguments() -> None:
     assert spec_from_metadata(json.loads(json.dumps(record))) == spec
     assert spec.arguments() == (
         "--num-cpus 2 --num-gpus 0.5 --nodes 3 --object-store-memory 268435456 --max-nodes 5 "
-        "--idle-timeout 30 --runtime-env '{\"env_vars\": {\"A\": \"1\"}}'"
+        '--idle-timeout 30 --runtime-env \'{"env_vars": {"A": "1"}}\''
     )
     assert ClusterSpec().arguments() == "(no arguments)"
     assert spec_from_metadata(ClusterSpec(num_cpus=1).to_metadata()) == ClusterSpec(num_cpus=1)
