@@ -17,6 +17,7 @@ import cloudpickle
 from nbcluster import exceptions as exc
 from nbcluster import options as _options
 from nbcluster._refs import ObjectRef
+from nbcluster._remote import _CODE_GENERATION
 from nbcluster._runtime import context
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
@@ -68,6 +69,7 @@ class ActorClass(Generic[C]):
         self._is_async = any(m["is_async"] for m in self._meta.values())
         self._payload: bytes | None = None
         self._function_id = b""
+        self._generation = _CODE_GENERATION[0]
         self.__doc__ = cls.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -106,7 +108,8 @@ class ActorClass(Generic[C]):
             raise TypeError(f"{self._name}.remote(): {e}") from None
 
     def _export(self, client: Any) -> bytes:
-        if self._payload is None:
+        if self._payload is None or self._generation != _CODE_GENERATION[0]:
+            self._generation = _CODE_GENERATION[0]
             try:
                 self._payload = cloudpickle.dumps(self._cls)
             except Exception:  # noqa: BLE001 - name the culprit
@@ -178,6 +181,11 @@ class ActorClass(Generic[C]):
                 owner_address=entry.owner,
             )
         shape_fn = getattr(opts, "scheduling_resource_shape", None) or opts.resource_shape
+        # issue 13: what `%cluster restart-actors` needs to make it again on new code (its
+        # argument refs already live as long as this process: mark_escaped above)
+        creations = getattr(client, "actor_creations", None)
+        if creations is not None:
+            creations[actor_id] = (self, args, kwargs, opts.name, namespace, opts.lifetime)
         meta = {
             "class_name": self._name,
             "methods": self._meta,
@@ -434,6 +442,9 @@ class ActorHandle:
         rec.nested_ids = [r.binary() for r in sv.contained_refs]
         if client.submit_context is not None:
             rec.context = client.submit_context()
+        observer = getattr(client, "task_observer", None)
+        if observer is not None:
+            observer(task_id, rec.name, rec.context)
         for oid in return_ids:
             client.table.create_owned(oid, task=rec)
         client.table.add_submitted(rec.dep_ids + rec.nested_ids)

@@ -23,6 +23,16 @@ __all__ = ["RemoteFunction", "remote"]
 R = TypeVar("R")
 
 
+#: Bumped to make every remote function and actor class pickle itself again at its next
+#: export (issue 13: after ``%autoreload``, what their code refers to may have changed).
+_CODE_GENERATION = [0]
+
+
+def refresh_exported_code() -> None:
+    """Make every remote function and actor class pickle itself again when next used."""
+    _CODE_GENERATION[0] += 1
+
+
 class RemoteFunction(Generic[R]):
     """A function that runs as a task in the cluster: call it with ``.remote(...)``.
 
@@ -43,6 +53,7 @@ class RemoteFunction(Generic[R]):
         self._signature: inspect.Signature | None = None
         self._payload: bytes | None = None
         self._function_id = b""
+        self._generation = _CODE_GENERATION[0]
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -91,7 +102,8 @@ class RemoteFunction(Generic[R]):
             raise TypeError(f"{self._name}.remote(): {e}") from None
 
     def _export(self, client: Any) -> bytes:
-        if self._payload is None:
+        if self._payload is None or self._generation != _CODE_GENERATION[0]:
+            self._generation = _CODE_GENERATION[0]
             try:
                 payload = cloudpickle.dumps(self._function)
             except Exception as e:  # noqa: BLE001 - say what could not be pickled
@@ -280,6 +292,9 @@ def submit_task(
     rec.route = route
     provider = client.submit_context
     rec.context = provider() if provider is not None else None
+    observer = getattr(client, "task_observer", None)
+    if observer is not None:
+        observer(task_id, name, rec.context)
     # runtime_env (issue 17): workers are pooled per environment, so it is part of the key
     rec.spec.runtime_env = runtime_env_driver.for_submit(client, opts.runtime_env, rec.context)
     rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0, rec.spec.runtime_env)

@@ -38,6 +38,19 @@ __all__ = [
     "cancel_tasks",
     "pending_tasks",
     "autoscaler_status",
+    "ActorChange",
+    "ClusterEvent",
+    "EventBatch",
+    "EventSubscription",
+    "JobChange",
+    "NodeChange",
+    "StoreChange",
+    "subscribe_events",
+    "actor_handle_info",
+    "cancel_unreferenced_tasks",
+    "code_version",
+    "set_task_observer",
+    "refresh_exported_code",
 ]
 
 
@@ -237,8 +250,36 @@ def local_cluster() -> Any:
     return None if client is None else getattr(client, "cluster", None)
 
 
+class _SyncHead:
+    """A blocking Head stub whose calls carry the token (client mode has no I/O loop here)."""
+
+    def __init__(self, stub: Any, metadata: Any) -> None:
+        self._stub, self._md = stub, metadata
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        return lambda request, **kw: method(request, metadata=self._md, **kw)
+
+
+def _call_client_mode(client: Any, fn: Callable[[Any], Any], what: str) -> Any:
+    """``fn(head)`` over a blocking channel to the head (issue 13: widgets in client mode)."""
+    import grpc
+
+    from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb_grpc
+
+    channel = make_sync_channel(client.head_address, client.token)
+    try:
+        return fn(_SyncHead(pb_grpc.HeadStub(channel), auth_metadata(client.token)))
+    except grpc.RpcError as err:
+        raise to_exception(err, Peer.HEAD, what) from None  # type: ignore[arg-type]
+    finally:
+        channel.close()
+
+
 def _call(fn: Callable[[Any], Any], what: str) -> Any:
     client = context.require_client()
+    if getattr(client, "mode", "") == "client":
+        return _call_client_mode(client, fn, what)
     try:
         return client.run(lambda: fn(client.head()))
     except RpcError as err:
@@ -465,3 +506,346 @@ def autoscaler_status(
             raise ValueError("autoscaler_status(address=...) needs token_file= as well")
         token = proc.read_token(token_file)
     return read_status(address, token, after_seq=after_seq)
+
+
+# -- the event stream ------------------------------------------------------------------------
+# What the head pushes (``events.proto``): widgets, the server extension and tools
+# subscribe here instead of polling the functions above.
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeChange:
+    """A node joined, changed (resources, load, store use) or died."""
+
+    change: str  # "joined", "updated" or "died"
+    node: NodeStats
+    pending_leases: int  # lease requests waiting on the node (queued tasks)
+    running_tasks: int  # leased workers (tasks and actors running)
+    death_reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorChange:
+    """An actor changed state (``PENDING``, ``ALIVE``, ``RESTARTING``, ``DEAD``)."""
+
+    actor_id: str
+    class_name: str
+    name: str
+    namespace: str
+    state: str
+    node_id: str
+    pid: int
+    job_id: str
+    restarts: int
+    death_cause: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JobChange:
+    """A driver attached (``alive``) or detached/died."""
+
+    job_id: str
+    alive: bool
+    driver_pid: int
+    entrypoint: str
+    start_time: float
+    end_time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreChange:
+    """A node's object-store use changed (bytes)."""
+
+    node_id: str
+    node_name: str
+    used: int
+    spilled: int
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterEvent:
+    """One pushed event. ``kind`` is ``"task"`` (``data``: :class:`TaskEvent`), ``"node"``
+    (:class:`NodeChange`), ``"actor"`` (:class:`ActorChange`), ``"job"``
+    (:class:`JobChange`), ``"object"`` (:class:`StoreChange`), ``"autoscaler"`` (``data``:
+    the last scaling-event seq; read the news with :func:`autoscaler_status`) or
+    ``"dropped"`` (``data``: how many events this subscriber missed because it fell
+    behind)."""
+
+    seq: int
+    time: float
+    kind: str
+    data: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class EventBatch:
+    """What a subscriber's callback receives.
+
+    ``snapshot``: the events are the current nodes, actors and jobs, not changes (the
+    first batch, and again after a reconnection). ``connected`` is False once when the
+    stream broke (it resubscribes by itself); ``error`` is set when it ended for good.
+    """
+
+    events: tuple[ClusterEvent, ...]
+    snapshot: bool = False
+    head_id: str = ""
+    connected: bool = True
+    error: str = ""
+
+
+class EventSubscription:
+    """An open subscription made by :func:`subscribe_events`; :meth:`close` ends it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    @property
+    def alive(self) -> bool:
+        """True while subscribed (or reconnecting)."""
+        return bool(self._stream.alive)
+
+    @property
+    def error(self) -> str | None:
+        """Why the stream ended for good (None while it lives)."""
+        return self._stream.error  # type: ignore[no-any-return]
+
+    def wait_ready(self, timeout: float = 10.0) -> bool:
+        """Wait until the head answered (the snapshot arrived); False at the deadline."""
+        return bool(self._stream.wait_ready(timeout))
+
+    def close(self) -> None:
+        """End the subscription (idempotent)."""
+        self._stream.close()
+
+
+_ACTOR_STATES = {0: "PENDING", 1: "ALIVE", 2: "RESTARTING", 3: "DEAD"}
+_NODE_CHANGES = {0: "updated", 1: "joined", 2: "died"}
+
+
+def _node_of(n: Any) -> NodeStats:
+    return NodeStats(
+        node_id=n.node_id.hex(),
+        name=n.node_name,
+        address=n.address,
+        alive=n.alive,
+        total=dict(n.total),
+        available=dict(n.available),
+        store_capacity=n.store_capacity,
+        store_used=n.store_used,
+        store_spilled=n.store_spilled,
+        num_workers=n.num_workers,
+    )
+
+
+def _event_of(e: Any) -> ClusterEvent | None:
+    kind = e.WhichOneof("body")
+    data: Any
+    if kind == "task":
+        t = e.task
+        data = TaskEvent(
+            t.task_id.hex(), t.job_id.hex(), t.name, t.node_id.hex(), t.worker_id.hex(),
+            t.worker_pid, t.state, t.start_time, t.end_time, t.parent_task_id.hex(), t.attempt,
+        )  # fmt: skip
+    elif kind == "node":
+        n = e.node.node
+        data = NodeChange(
+            _NODE_CHANGES.get(e.node.change, "updated"),
+            _node_of(n),
+            n.pending_leases,
+            n.leased_workers,
+            n.death_reason,
+        )
+    elif kind == "actor":
+        a = e.actor.actor
+        data = ActorChange(
+            a.actor_id.hex(), a.class_name, a.name, a.namespace,
+            _ACTOR_STATES.get(a.state, str(a.state)), a.node_id.hex(), a.worker_pid,
+            a.job_id.hex(), a.num_restarts, a.death_cause,
+        )  # fmt: skip
+    elif kind == "job":
+        j = e.job.job
+        data = JobChange(
+            j.job_id.hex(), j.alive, j.driver_pid, j.entrypoint, j.start_time, j.end_time
+        )
+    elif kind == "object":
+        o = e.object
+        data = StoreChange(o.node_id.hex(), o.node_name, o.used, o.spilled, o.capacity)
+    elif kind == "dropped":
+        data = int(e.dropped.count)
+    elif kind == "autoscaler":
+        data = int(e.autoscaler.last_seq)
+    else:
+        return None  # a kind this version does not know
+    return ClusterEvent(int(e.seq), float(e.time), kind, data)
+
+
+def subscribe_events(
+    callback: Callable[[EventBatch], None],
+    *,
+    kinds: tuple[str, ...] = (),
+    snapshot: bool = True,
+    buffer: int = 0,
+    job_id: str | None = None,
+    address: str | None = None,
+    token_file: str | None = None,
+) -> EventSubscription:
+    """Call ``callback(batch)`` with every :class:`EventBatch` the head pushes.
+
+    ``kinds``: any of ``"task"``, ``"node"``, ``"actor"``, ``"job"``, ``"object"``,
+    ``"autoscaler"`` (none: all). ``snapshot``: start with the current nodes, actors and jobs. ``buffer``: how many
+    events the head keeps for this subscriber when it reads too slowly (0: the head's
+    default, 4096); beyond that the oldest are dropped and a ``"dropped"`` event says how
+    many. ``job_id``: only that job's task events.
+
+    Without ``address`` it subscribes to the current connection's head (client mode
+    included); with ``address`` and ``token_file`` to any cluster's head without
+    connecting a driver. The callback runs on the subscription's own thread.
+    """
+    from nbcluster._runtime import proc
+    from nbcluster._runtime.events import EventStream
+
+    if address is None:
+        client = context.require_client()
+        address, token = client.head_address, client.token  # type: ignore[attr-defined]
+    else:
+        if token_file is None:
+            raise ValueError("subscribe_events(address=...) needs token_file= as well")
+        token = proc.read_token(token_file)
+
+    def on_batch(batch: Any) -> None:
+        events = tuple(ev for ev in map(_event_of, batch.events) if ev is not None)
+        callback(EventBatch(events, batch.snapshot, batch.head_id))
+
+    stream = EventStream(
+        address,
+        token,
+        on_batch,
+        kinds=kinds,
+        snapshot=snapshot,
+        buffer=buffer,
+        job_id=bytes.fromhex(job_id) if job_id else b"",
+        on_disconnect=lambda reason: callback(EventBatch((), connected=False, error="")),
+        on_error=lambda message: callback(EventBatch((), connected=False, error=message)),
+    )
+    return EventSubscription(stream)
+
+
+# -- notebooks: code versions, the cells tasks come from, actors to remake (issue 13) ------------
+
+
+def set_task_observer(observer: Callable[[str, str, Any], None] | None) -> None:
+    """Call ``observer(task_id_hex, name, submit_context)`` for every task and actor call
+    this driver submits, on the submitting thread (it must be quick); None removes it."""
+    client = context.require_client()
+    if observer is None:
+        client.task_observer = None  # type: ignore[attr-defined]
+        return
+
+    def adapt(task_id: bytes, name: str, ctx: Any) -> None:
+        observer(task_id.hex(), name, ctx)
+
+    client.task_observer = adapt  # type: ignore[attr-defined]
+
+
+def code_version(obj: Any) -> str:
+    """A hash of the code of a remote function or actor class (hex).
+
+    For a function it is the hash of the pickled function (its source and what its closure
+    and globals hold): the key ``.remote()`` exports it under, so a changed definition is
+    exported anew and workers never run an older copy. For an actor class it is the hash
+    of its methods' code, defaults and simple class attributes (each class object pickles
+    to different bytes, so the same class defined again keeps its version).
+    """
+    import cloudpickle
+
+    from nbcluster._actor import ActorClass
+    from nbcluster._remote import RemoteFunction
+    from nbcluster._runtime.serialization import function_hash
+
+    if isinstance(obj, RemoteFunction):
+        return function_hash(cloudpickle.dumps(obj._function)).hex()
+    if not isinstance(obj, ActorClass):
+        raise TypeError(f"code_version() takes a remote function or actor class, not {obj!r:.60}")
+    return function_hash(_class_fingerprint(obj._cls)).hex()
+
+
+def _code_key(code: Any) -> str:
+    """The parts of a code object that make its behaviour, as text (nested code included)."""
+    consts = [_code_key(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return (
+        f"{code.co_filename}:{code.co_firstlineno}:{code.co_code.hex()}:{consts}:"
+        f"{code.co_names}:{code.co_varnames}"
+    )
+
+
+def _class_fingerprint(cls: type) -> bytes:
+    parts = [f"{cls.__module__}.{cls.__qualname__}({[b.__qualname__ for b in cls.__bases__]})"]
+    for name, value in sorted(vars(cls).items()):
+        fn = value.__func__ if isinstance(value, staticmethod | classmethod) else value
+        fn = fn.fget if isinstance(fn, property) else fn
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            parts.append(f"{name}:{_code_key(code)}:{getattr(fn, '__defaults__', None)!r}")
+        elif isinstance(value, int | float | str | bytes | bool | type(None) | tuple):
+            parts.append(f"{name}={value!r}")
+    return "\n".join(parts).encode()
+
+
+def actor_handle_info(handle: Any) -> dict[str, Any]:
+    """What this process knows of an actor handle, without asking the cluster:
+    ``{"actor_id", "class_name", "code_version", "creation"}``. For actors made here,
+    ``code_version`` is :func:`code_version` of the class they were made from and
+    ``creation`` is ``{"actor_class", "args", "kwargs", "name", "namespace", "lifetime"}``;
+    otherwise both are None."""
+    client = context.current_client()
+    made = getattr(client, "actor_creations", {}).get(handle._actor_id) if client else None
+    creation = None
+    version = None
+    if made is not None:
+        actor_class, args, kwargs, name, namespace, lifetime = made
+        creation = {
+            "actor_class": actor_class,
+            "args": args,
+            "kwargs": kwargs,
+            "name": name,
+            "namespace": namespace,
+            "lifetime": lifetime,
+        }
+        version = code_version(actor_class)
+    return {
+        "actor_id": handle._actor_id.hex(),
+        "class_name": handle._meta["class_name"],
+        "code_version": version,
+        "creation": creation,
+    }
+
+
+def cancel_unreferenced_tasks(predicate: Callable[[Any], bool]) -> int:
+    """Cancel this driver's unfinished tasks whose submit context matches and whose results
+    nothing in this process refers to any more; return how many."""
+    import threading
+
+    client = context.require_client()
+    # Dropped refs are settled on the I/O loop, in order: once a callback queued now has
+    # run there, every ref dropped before this call has been counted.
+    settled = threading.Event()
+    client.loop.call_soon_threadsafe(settled.set)
+    settled.wait(5.0)
+    ids = []
+    for tid in pending_tasks(predicate):
+        rec = client.submitter.tasks.get(bytes.fromhex(tid))
+        if rec is not None and all(client.table.get(oid) is None for oid in rec.return_ids):
+            ids.append(tid)
+    for tid in ids:
+        client.submitter.cancel(bytes.fromhex(tid), False)
+    return len(ids)
+
+
+def refresh_exported_code() -> None:
+    """Make every remote function and actor class pickle itself again when next used, e.g.
+    after a module reload changed the code they refer to (each is exported under the
+    hash of what it pickles to, so workers then run the new code)."""
+    from nbcluster._remote import refresh_exported_code as refresh
+
+    refresh()

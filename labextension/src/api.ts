@@ -13,11 +13,13 @@ import {
   ILoadModel,
   IScaleRequest,
   IStartRequest,
+  IUpdatesModel,
   errorMessage,
   isClusterListModel,
   isClusterModel,
   isConnectCodeModel,
-  isLoadModel
+  isLoadModel,
+  isUpdatesModel
 } from './models';
 
 /** A failed request: `status` is the HTTP status (0 when the server was not reached). */
@@ -67,6 +69,15 @@ export class NbclusterAPI {
   /** The cluster's load right now. */
   async load(id: string): Promise<ILoadModel> {
     return check(await this._request(`${clusterPath(id)}/load`, 'GET'), isLoadModel, 'load');
+  }
+
+  /**
+   * The list and the loads once they changed after version `after` (a long poll: the
+   * server answers when a head pushes a change, or after `timeout` seconds unchanged).
+   */
+  async updates(after: number, timeout: number): Promise<IUpdatesModel> {
+    const query = `updates?after=${Math.max(0, Math.floor(after))}&timeout=${timeout}`;
+    return check(await this._request(query, 'GET'), isUpdatesModel, 'update');
   }
 
   /** Add a cluster by the address of its head. */

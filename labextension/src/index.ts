@@ -16,6 +16,7 @@ import { Widget } from '@lumino/widgets';
 
 import { canRunAsJob } from './jobsModels';
 import { asNotebook, INotebookLike, kernelIdOf } from './notebook';
+import { asNotebookWithMetadata, NotebookMetadataSync } from './notebookmeta';
 import { ClusterPanel } from './panel';
 import { ClusterStatusItem } from './statusbar';
 import { ClusterStore, DEFAULT_POLL_INTERVAL } from './store';
@@ -81,6 +82,21 @@ function activate(
     await app.commands.execute('notebook:run-cell');
     store.markConnected(id, kernelIdOf(notebook));
   };
+
+  // Notebooks carry their cluster: %cluster start's record goes into the metadata, and a
+  // notebook's record goes to its kernel when the kernel starts.
+  const metadataSync = new NotebookMetadataSync();
+  const trackNotebooks = (): void => {
+    for (const widget of app.shell.widgets('main')) {
+      const notebook = asNotebookWithMetadata(widget);
+      if (notebook !== null) {
+        metadataSync.track(notebook);
+      }
+    }
+  };
+  labShell?.layoutModified.connect(trackNotebooks);
+  labShell?.currentChanged.connect(trackNotebooks);
+  app.restored.then(trackNotebooks).catch(() => undefined);
 
   const panel = new ClusterPanel(store, { insertConnectCode });
   panel.title.icon = clusterIcon;

@@ -55,6 +55,13 @@ export interface IScalingEventModel {
   message: string;
 }
 
+/** `GET /nbcluster/api/updates?after=N` (`UpdatesModel`): the list and the loads. */
+export interface IUpdatesModel {
+  version: number;
+  clusters: IClusterModel[];
+  loads: ILoadModel[];
+}
+
 /** `POST /nbcluster/api/clusters/<id>/connect-code` (`ConnectCodeModel`). */
 export interface IConnectCodeModel {
   cluster_id: string;
@@ -174,6 +181,18 @@ export function isLoadModel(value: unknown): value is ILoadModel {
     isStrOrNull(value.autoscaler) &&
     Array.isArray(value.scaling_events) &&
     value.scaling_events.every(isScalingEventModel)
+  );
+}
+
+/** Runtime check of a server reply against `IUpdatesModel`. */
+export function isUpdatesModel(value: unknown): value is IUpdatesModel {
+  return (
+    isObject(value) &&
+    typeof value.version === 'number' &&
+    Array.isArray(value.clusters) &&
+    value.clusters.every(isClusterModel) &&
+    Array.isArray(value.loads) &&
+    value.loads.every(isLoadModel)
   );
 }
 

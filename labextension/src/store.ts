@@ -1,39 +1,53 @@
 /**
- * `ClusterStore`: the clusters and their loads, refreshed by one poll, shared by the
- * sidebar panel and the status-bar item.
+ * `ClusterStore`: the clusters and their loads, shared by the sidebar panel and the
+ * status-bar item, kept current by one long poll of `GET /nbcluster/api/updates`.
+ *
+ * The server holds an event subscription to each cluster's head and answers the long
+ * poll as soon as something changed (a node's load, a cluster started or stopped), so
+ * nothing is asked of the heads while the clusters are idle. `refresh()` reads the list
+ * and the loads once, directly (after an action, and when updates are not available).
  */
 
-import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { APIError, NbclusterAPI } from './api';
-import { IClusterModel, ILoadModel, IStartRequest, pickCluster } from './models';
+import {
+  IClusterModel,
+  ILoadModel,
+  IStartRequest,
+  IUpdatesModel,
+  pickCluster
+} from './models';
 
-/** Poll interval when the settings do not say otherwise (ms). */
+/** The fewest milliseconds between two updates when the settings do not say otherwise. */
 export const DEFAULT_POLL_INTERVAL = 2000;
+/** Seconds the server may hold one long poll before answering unchanged. */
+export const LONG_POLL_S = 25;
+/** The longest wait before asking again after a failed long poll (ms). */
+const MAX_BACKOFF_MS = 30000;
 
 /** The list of clusters, their loads, and which kernel the panel connected to which. */
 export class ClusterStore {
-  constructor(readonly api: NbclusterAPI = new NbclusterAPI()) {
-    this._poll = new Poll({
-      factory: () => this.refresh(),
-      frequency: { interval: DEFAULT_POLL_INTERVAL, backoff: true, max: 30000 },
-      standby: 'when-hidden',
-      name: 'nbcluster:clusters'
-    });
+  constructor(
+    readonly api: NbclusterAPI = new NbclusterAPI(),
+    options: { autostart?: boolean } = {}
+  ) {
+    if (options.autostart ?? true) {
+      void this._listen();
+    }
   }
 
-  /** Emitted after every refresh and every change made through the store. */
+  /** Emitted after every update and every change made through the store. */
   get changed(): ISignal<this, void> {
     return this._changed;
   }
 
-  /** The clusters as of the last refresh. */
+  /** The clusters as of the last update. */
   get clusters(): readonly IClusterModel[] {
     return this._clusters;
   }
 
-  /** The message of the last failed refresh or action (null when it worked). */
+  /** The message of the last failed update or action (null when it worked). */
   get error(): string | null {
     return this._error;
   }
@@ -48,6 +62,11 @@ export class ClusterStore {
     return this._connected;
   }
 
+  /** The version of the last update received from the server (0: none yet). */
+  get version(): number {
+    return this._version;
+  }
+
   /** The last load read for a cluster (null: unknown or unavailable). */
   load(id: string): ILoadModel | null {
     return this._loads.get(id) ?? null;
@@ -58,13 +77,25 @@ export class ClusterStore {
     return pickCluster(this._clusters, kernelId, this._connected, this._lastConnected);
   }
 
-  /** Change the poll interval (ms, at least 500). */
+  /** Change the fewest milliseconds between two updates (at least 500). */
   setInterval(ms: number): void {
-    const interval = Math.max(500, Math.round(ms));
-    this._poll.frequency = { ...this._poll.frequency, interval };
+    this._interval = Math.max(500, Math.round(ms));
   }
 
-  /** Read the list and every cluster's load now. */
+  /** Apply one reply of the updates route (what the long poll does with it). */
+  apply(update: IUpdatesModel): void {
+    this._version = update.version;
+    this._clusters = update.clusters;
+    const loads = new Map<string, ILoadModel>();
+    for (const load of update.loads) {
+      loads.set(load.cluster_id, load);
+    }
+    this._loads = loads;
+    this._error = null;
+    this._changed.emit();
+  }
+
+  /** Read the list and every cluster's load now (one request each, not the long poll). */
   async refresh(): Promise<void> {
     try {
       const clusters = await this.api.listClusters();
@@ -131,10 +162,42 @@ export class ClusterStore {
     this._changed.emit();
   }
 
-  /** Stop polling. */
+  /** Stop listening. */
   dispose(): void {
-    this._poll.dispose();
+    this._disposed = true;
     Signal.clearData(this);
+  }
+
+  /** The long poll: ask, apply, wait at least the interval, ask again. */
+  private async _listen(): Promise<void> {
+    let backoff = 1000;
+    while (!this._disposed) {
+      const asked = Date.now();
+      try {
+        const update = await this.api.updates(this._version, LONG_POLL_S);
+        if (this._disposed) {
+          return;
+        }
+        if (update.version !== this._version) {
+          this.apply(update);
+        }
+        backoff = 1000;
+        await sleep(Math.max(0, this._interval - (Date.now() - asked)));
+      } catch (error) {
+        if (this._disposed) {
+          return;
+        }
+        // A server without the updates route (404), or one that went away: read once,
+        // then ask again later, backing off.
+        if (!(error instanceof APIError) || error.status !== 404) {
+          this._error = messageOf(error);
+          this._changed.emit();
+        }
+        await this.refresh();
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+      }
+    }
   }
 
   private async _act<T>(fn: () => Promise<T>): Promise<T> {
@@ -149,13 +212,19 @@ export class ClusterStore {
     }
   }
 
-  private _poll: Poll;
   private _changed = new Signal<this, void>(this);
   private _clusters: IClusterModel[] = [];
   private _loads = new Map<string, ILoadModel>();
   private _error: string | null = null;
   private _connected = new Map<string, string>();
   private _lastConnected: string | null = null;
+  private _version = 0;
+  private _interval = DEFAULT_POLL_INTERVAL;
+  private _disposed = false;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
 }
 
 function messageOf(error: unknown): string {

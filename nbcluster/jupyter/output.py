@@ -1,15 +1,18 @@
 """Task output goes under the cell that submitted the task.
 
-Two hooks of :mod:`nbcluster.state` do it:
+Two hooks of :mod:`nbcluster.state` do it (and :mod:`.log_area` gives each cell one log
+area for that output, where widgets work):
 
 - :func:`cell_header` is the submit-context provider: every task remembers the header of
   the Jupyter message (normally the cell's ``execute_request``) that was being handled
   when it was submitted.
 - :class:`OutputRouter` is the output handler: it receives the task's stdout/stderr
-  records on the driver's I/O thread, coalesces those that arrive within ``interval``
-  seconds into one ``stream`` message per cell and stream, and publishes it on iopub
-  with the submitting cell's header as parent. Front ends then show it under that cell,
-  also after the cell finished and while another cell runs.
+  records on the driver's I/O thread. With ``mode="log"`` (the default in a kernel) it
+  puts them in the submitting cell's log area (:class:`~.log_area.LogAreas`), whose
+  widget shows them under that cell, also after the cell finished and while another
+  cell runs. Otherwise (``mode="stream"``, or a cell without an area) it coalesces those
+  that arrive within ``interval`` seconds into one ``stream`` message per cell and
+  stream, and publishes it on iopub with the submitting cell's header as parent.
 
 ``Session.send`` on the kernel's iopub socket is safe from any thread in ipykernel 7:
 ``iopub_socket`` is a ``BackgroundSocket`` whose ``send_multipart`` hands the frames to
@@ -26,9 +29,11 @@ import threading
 import time
 from typing import Any
 
+from nbcluster.jupyter.log_area import LogAreas
 from nbcluster.state import OutputRecord
 
 __all__ = [
+    "OUTPUT_MODES",
     "OutputRouter",
     "cell_header",
     "format_record",
@@ -40,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: Records arriving within this many seconds go out as one message per cell and stream.
 COALESCE_INTERVAL_S = 0.05
+#: Where task output goes: each cell's log area, or plain stream messages.
+OUTPUT_MODES = ("log", "stream")
 
 
 def kernel_of(shell: Any) -> Any:
@@ -105,29 +112,56 @@ class OutputRouter:
 
     Install it with ``nbcluster.state.set_output_handler(router.handle)``. A daemon thread
     (``nbcluster-output``) sends what :meth:`handle` buffered, at most once per
-    ``interval`` seconds per cell and stream. :meth:`close` sends what is left and stops
-    the thread.
+    ``interval`` seconds per cell and stream (or area). :meth:`close` sends what is left
+    and stops the thread. ``mode``: ``"log"`` (each cell's log area, :attr:`areas`) or
+    ``"stream"``.
     """
 
-    def __init__(self, kernel: Any, interval: float = COALESCE_INTERVAL_S) -> None:
+    def __init__(
+        self, kernel: Any, interval: float = COALESCE_INTERVAL_S, mode: str = "log"
+    ) -> None:
         self._kernel = kernel
         self._interval = interval
         self._cond = threading.Condition()
         self._pending: dict[tuple[str, str], _Pending] = {}
+        self._areas_dirty = False
         self._closed = False
+        self.areas = LogAreas(self._publish)
+        self.mode = mode
         self._thread = threading.Thread(target=self._run, name="nbcluster-output", daemon=True)
         self._thread.start()
 
+    @property
+    def mode(self) -> str:
+        """``"log"`` or ``"stream"`` (see the class docstring)."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if value not in OUTPUT_MODES:
+            raise ValueError(f"output mode must be one of {OUTPUT_MODES}, got {value!r}")
+        self._mode = value
+        self.areas.enabled = value == "log"
+
     def handle(self, context: Any, record: OutputRecord) -> None:
         """Buffer ``record`` for the cell whose header is ``context`` (runs on the I/O thread)."""
-        text = format_record(record)
-        if not text:
-            return
         parent = context if isinstance(context, dict) and context.get("msg_id") else None
         if parent is None:
             # Submitted by another process, or outside any cell: the latest cell, as
             # ipykernel does for output from threads.
             parent = latest_cell_header(self._kernel.shell) or {}
+        if self._mode == "log" and (record.text or record.dropped_lines):
+            prefix = f"({record.task_name} pid={record.pid}) "
+            if self.areas.add(
+                parent, record.task_name, record.stream, record.text, prefix, record.dropped_lines
+            ):
+                with self._cond:
+                    self._areas_dirty = True
+                    self._cond.notify()
+                return
+        text = format_record(record)
+        if not text:
+            return
         key = (str(parent.get("msg_id", "")), "stderr" if record.stream == "stderr" else "stdout")
         with self._cond:
             if self._closed:
@@ -143,6 +177,8 @@ class OutputRouter:
         """Send everything buffered now (from any thread)."""
         with self._cond:
             batch, self._pending = self._pending, {}
+            self._areas_dirty = False
+        self.areas.flush()
         for (_, stream), pending in batch.items():
             self._send(stream, "".join(pending.parts), pending.parent)
 
@@ -153,11 +189,12 @@ class OutputRouter:
             self._cond.notify()
         self._thread.join(timeout=5)
         self.flush()
+        self.areas.close()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not self._pending and not self._areas_dirty and not self._closed:
                     self._cond.wait()
                 # Let the records of the next ``interval`` seconds join this message.
                 deadline = time.monotonic() + self._interval
@@ -179,3 +216,8 @@ class OutputRouter:
             parent=parent,
             ident=f"stream.{stream}".encode(),
         )
+
+    def _publish(self, msg_type: str, content: dict[str, Any], parent: dict[str, Any]) -> None:
+        kernel = self._kernel
+        topic = kernel._topic(msg_type) if hasattr(kernel, "_topic") else msg_type.encode()
+        kernel.session.send(kernel.iopub_socket, msg_type, content, parent=parent, ident=topic)

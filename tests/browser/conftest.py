@@ -7,6 +7,10 @@
 - ``chromium_page``: a page in Debian's ``/usr/bin/chromium`` driven by Python playwright
   (no browser download), 1400×1000.
 
+When this tree has a built lab extension (``nbcluster/labextension/``), the server loads
+that one: ``JUPYTER_PATH`` starts with a folder whose ``labextensions/nbcluster`` links
+to it (JupyterLab takes the first extension of a name it finds).
+
 Test modules skip themselves when ``/usr/bin/chromium`` is absent (``make test`` installs
 it); these fixtures assume it is there.
 """
@@ -30,7 +34,11 @@ from typing import Any
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+#: The lab extension built from this tree (``make labext``), served instead of any copy
+#: installed in the environment, so the tests check the code they sit beside.
+BUILT_LABEXTENSION = REPO / "nbcluster" / "labextension"
 LAB_TOKEN = "nbcluster-browser-test"
 LAB_START_TIMEOUT_S = 120.0
 CHROMIUM_ARGS = [
@@ -152,6 +160,13 @@ def jupyter_lab(tmp_path: Path) -> Iterator[Callable[..., LabServer]]:
             f"--LabApp.workspaces_dir={base / 'workspaces'}",
         ]
         env = {**os.environ, "NBCLUSTER_TEMP_DIR": str(base / "clusters")}
+        if (BUILT_LABEXTENSION / "package.json").exists():
+            share = base / "share"
+            (share / "labextensions").mkdir(parents=True)
+            (share / "labextensions" / "nbcluster").symlink_to(BUILT_LABEXTENSION)
+            env["JUPYTER_PATH"] = os.pathsep.join(
+                p for p in (str(share), os.environ.get("JUPYTER_PATH", "")) if p
+            )
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         server = LabServer(proc, port, LAB_TOKEN, base / "root", base / "clusters", log)

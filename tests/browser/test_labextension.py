@@ -1,10 +1,11 @@
 """The nbcluster sidebar and status bar in a real JupyterLab, in Debian's headless chromium.
 
-The test starts ``jupyter lab`` (extension enabled by the installed config, poll interval
-set to 500 ms through the settings schema), then, in the browser: opens the panel,
-starts a 2-CPU cluster, sees its card with CPU total 2, creates a notebook, inserts and
-runs the connect code, runs tasks and sees the status bar show them, scales the cluster
-to 2 nodes and stops it; no cluster process is left. Screenshots go to
+The test starts ``jupyter lab`` (extension enabled by the installed config, update
+interval set to 500 ms through the settings schema), then, in the browser: opens the
+panel, starts a 2-CPU cluster, sees its card with CPU total 2, creates a notebook,
+inserts and runs the connect code, runs tasks and sees the status bar show them (pushed:
+the page long-polls ``updates``, and makes no request while the cluster is idle), scales
+the cluster to 2 nodes and stops it; no cluster process is left. Screenshots go to
 ``test-artifacts/labextension-*.png``.
 """
 
@@ -74,6 +75,8 @@ def test_panel_start_connect_run_scale_stop(
     page = chromium_page
     console: list[str] = []
     page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/nbcluster/api/" in r.url else None)
     try:
         page.goto(lab.url, timeout=TIMEOUT_MS)
         page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell")
@@ -138,6 +141,15 @@ def test_panel_start_connect_run_scale_stop(
         page.evaluate(RUN_CELL_JS, "print('SUM', sum(nbcluster.get(refs)))")
         page.get_by_text("SUM 1").wait_for(timeout=TIMEOUT_MS)
         expect(status).to_have_text("nbcluster: CPU 0/2 · store 0%", timeout=TIMEOUT_MS)
+        # The load reached the status bar through the pushed updates (the long poll), and
+        # nothing polls the loads: an idle cluster leaves the page quiet.
+        assert any("/nbcluster/api/updates?after=" in u for u in requests), requests
+        page.wait_for_timeout(1500)
+        quiet_from = len(requests)
+        page.wait_for_timeout(3000)
+        idle_requests = requests[quiet_from:]
+        assert not [u for u in idle_requests if u.endswith("/load")], idle_requests
+        assert len(idle_requests) <= 1, idle_requests  # at most one long poll answered
 
         # Scale to 2 nodes from the card.
         card.locator(".nbcluster-scale-input").fill("2")

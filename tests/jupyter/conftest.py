@@ -49,9 +49,24 @@ class Kernel:
         assert isinstance(pid, int) and pid > 0, pid
         return pid
 
-    def submit(self, code: str) -> str:
-        """Send an execute request; return its msg_id without waiting."""
-        return str(self.client.execute(code, store_history=False, allow_stdin=False))
+    def submit(self, code: str, cell_id: str | None = None, store_history: bool = False) -> str:
+        """Send an execute request; return its msg_id without waiting.
+
+        ``cell_id`` is sent as the request's ``cellId`` metadata, as JupyterLab does (which
+        notebook cell this is); ``store_history`` gives the cell an ``In [n]``.
+        """
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": store_history,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        metadata = {"cellId": cell_id} if cell_id else {}
+        msg = self.client.session.msg("execute_request", content, metadata=metadata)
+        self.client.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
 
     def pump(self, timeout: float = 0.1) -> None:
         """Move pending iopub and shell messages into :attr:`messages` / :attr:`replies`."""
@@ -112,9 +127,9 @@ class Kernel:
         )
         return self.replies[msg_id]
 
-    def run(self, code: str, timeout: float = DEADLINE_S) -> str:
+    def run(self, code: str, timeout: float = DEADLINE_S, **submit: Any) -> str:
         """Execute ``code``; fail unless it succeeds; return the msg_id."""
-        msg_id = self.submit(code)
+        msg_id = self.submit(code, **submit)
         reply = self.wait_done(msg_id, timeout)
         if reply["content"]["status"] != "ok":
             raise AssertionError(
@@ -136,6 +151,45 @@ class Kernel:
     def stream_text(self, msg_id: str | None = None) -> str:
         """All stream text seen so far (of the cell ``msg_id``, if given)."""
         return "".join(m["content"]["text"] for m in self.streams(msg_id))
+
+    def log_area(self, msg_id: str) -> str | None:
+        """The widget model id of the cell ``msg_id``'s log area, once it is displayed."""
+        for m in self.messages:
+            if m["msg_type"] == "display_data" and m["parent_header"].get("msg_id") == msg_id:
+                view = m["content"]["data"].get("application/vnd.jupyter.widget-view+json")
+                if view and self.widget_state(view["model_id"]).get("_anywidget_id", "").endswith(
+                    "CellLog"
+                ):
+                    return str(view["model_id"])
+        return None
+
+    def task_output(self, msg_id: str) -> str:
+        """What tasks of the cell ``msg_id`` printed: its log area's lines and its streams."""
+        area = self.log_area(msg_id)
+        lines = self.widget_state(area).get("lines", []) if area else []
+        return "".join(line[4] for line in lines) + self.stream_text(msg_id)
+
+    def widget_state(self, model_id: str) -> dict[str, Any]:
+        """A widget's state as the front end knows it: its comm_open, then every update."""
+        state: dict[str, Any] = {}
+        for m in self.messages:
+            content = m["content"]
+            if content.get("comm_id") != model_id:
+                continue
+            data = content.get("data", {})
+            if m["msg_type"] == "comm_open" or data.get("method") == "update":
+                state.update(data.get("state", {}))
+        return state
+
+    def comm_updates(self, model_id: str) -> list[dict[str, Any]]:
+        """The ``update`` messages a widget sent, in order."""
+        return [
+            m
+            for m in self.messages
+            if m["msg_type"] == "comm_msg"
+            and m["content"].get("comm_id") == model_id
+            and m["content"].get("data", {}).get("method") == "update"
+        ]
 
     def eval_text(self, expr: str) -> str:
         """Print ``expr`` in the kernel between markers and return what it printed."""
@@ -161,13 +215,14 @@ class Kernel:
 
 
 @pytest.fixture
-def kernel() -> Iterator[Callable[[], Kernel]]:
-    """Factory: start a real ipykernel; all are shut down and leak-checked at teardown."""
+def kernel() -> Iterator[Callable[..., Kernel]]:
+    """Factory: ``kernel(env={...})`` starts a real ipykernel (with extra environment
+    variables); all are shut down and leak-checked at teardown."""
     started: list[Kernel] = []
 
-    def start() -> Kernel:
+    def start(env: dict[str, str] | None = None) -> Kernel:
         km = KernelManager(kernel_name="python3")
-        km.start_kernel(env={**os.environ}, cwd=os.getcwd())
+        km.start_kernel(env={**os.environ, **(env or {})}, cwd=os.getcwd())
         try:
             k = Kernel(km)
         except BaseException:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import builtins
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from IPython.testing.globalipapp import start_ipython
 import nbcluster
 from nbcluster import state
 from nbcluster.exceptions import TaskCancelledError
+from nbcluster.jupyter import notebook_spec
 from nbcluster.jupyter.display import ClusterView
 from nbcluster.jupyter.magics import parse_size
 from nbcluster.testing import assert_no_processes, cluster_processes, poll_for
@@ -410,3 +413,132 @@ def test_importing_nbcluster_loads_no_jupyter_code() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --------------------------------------------------------------------------- notebook metadata
+
+
+def _b64(record: Any) -> str:
+    return base64.b64encode(json.dumps(record).encode()).decode()
+
+
+@pytest.fixture
+def published(ip: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The records ``%cluster start`` publishes for the front end to store."""
+    records: list[Any] = []
+    real = ip.display_pub.publish
+
+    def publish(data: Any, metadata: Any = None, **kw: Any) -> Any:
+        if notebook_spec.METADATA_MIME in data:
+            records.append(data[notebook_spec.METADATA_MIME])
+        return real(data, metadata=metadata, **kw)
+
+    monkeypatch.setattr(ip.display_pub, "publish", publish)
+    monkeypatch.delenv(notebook_spec.ENV_VAR, raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    return records
+
+
+def test_start_records_the_cluster_and_recreates_it_from_the_notebook(
+    magic: Any, published: list[Any], capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    magic("start --num-cpus 1 --nodes 2")
+    (record,) = published
+    assert record["version"] == 1 and record["cluster"] == {"num_cpus": 1, "nodes": 2}
+    magic("stop")
+    capsys.readouterr()
+
+    # Elsewhere: the front end handed the record to a fresh kernel; no arguments.
+    monkeypatch.setenv(notebook_spec.ENV_VAR, _b64(record))
+    view = magic("start")
+    out = capsys.readouterr().out
+    assert (
+        "nbcluster: starting the cluster recorded in the notebook's metadata: "
+        "--num-cpus 1 --nodes 2\n"
+    ) in out
+    assert "recorded with" not in out  # same versions: nothing to say
+    status = view.status()
+    assert len(status.nodes) == 2 and status.cpu_total == 2
+    assert published[-1]["cluster"] == record["cluster"]
+    magic("stop")
+
+    # Arguments win over the record, and --ignore-metadata ignores it.
+    magic("start --num-cpus 1")
+    assert len(state.node_stats()) == 1
+    magic("stop")
+    capsys.readouterr()
+    magic("start --ignore-metadata")
+    assert "recorded in" not in capsys.readouterr().out
+    assert len(state.node_stats()) == 1
+
+
+def test_a_bad_or_foreign_record_is_explained(
+    magic: Any, published: list[Any], capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(notebook_spec.ENV_VAR, _b64({"version": 1, "cluster": {"nodes": 0}}))
+    with pytest.raises(
+        UsageError,
+        match=r"^%cluster start: the notebook's nbcluster metadata cannot be used: cluster\.nodes "
+        r"must be a whole number >= 1, got 0\. Start with arguments to replace it, or with "
+        r"--ignore-metadata\.$",
+    ):
+        magic("start")
+    assert not nbcluster.is_initialized()
+    older = {
+        "version": 1,
+        "cluster": {"num_cpus": 1},
+        "recorded_with": {"python": "3.10.0", "nbcluster": "0.0.1"},
+    }
+    monkeypatch.setenv(notebook_spec.ENV_VAR, _b64(older))
+    magic("start")
+    out = capsys.readouterr().out
+    assert "(recorded with python 3.10.0, nbcluster 0.0.1; this kernel has python " in out
+
+
+def test_runtime_env_is_passed_and_recorded(
+    magic: Any, published: list[Any], monkeypatch: Any
+) -> None:
+    real_init = nbcluster.init
+    seen: list[Any] = []
+
+    def init_with_runtime_env(*args: Any, runtime_env: Any = None, **kwargs: Any) -> Any:
+        seen.append(runtime_env)
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(nbcluster, "init", init_with_runtime_env)
+    magic("""start --num-cpus 1 --runtime-env '{"env_vars": {"STAGE": "test"}}'""")
+    assert seen == [{"env_vars": {"STAGE": "test"}}]
+    assert published[-1]["runtime_env"] == {"env_vars": {"STAGE": "test"}}
+    magic("stop")
+
+    def init_without(*args: Any, **kwargs: Any) -> Any:
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(nbcluster, "init", init_without)
+    with pytest.raises(UsageError, match=r"this nbcluster's init\(\) takes no runtime_env"):
+        magic("""start --runtime-env '{"env_vars": {}}'""")
+    with pytest.raises(UsageError, match=r"--runtime-env: expected a JSON object"):
+        magic("start --runtime-env '[1]'")
+    assert not nbcluster.is_initialized()
+
+
+def test_output_mode_magic(magic: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    magic("output")
+    assert capsys.readouterr().out == "nbcluster: task output goes to each cell's log area (log)\n"
+    magic("output stream")
+    assert "the cell as plain text (stream)" in capsys.readouterr().out
+    magic("output log")
+    with pytest.raises(UsageError, match="invalid choice: 'html'"):
+        magic("output html")
+
+
+def test_out_refs_magic(magic: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    magic("out-refs")
+    assert capsys.readouterr().out == (
+        "nbcluster: the 10 most recent outputs keep their refs; older ones are dropped (last 10)\n"
+    )
+    magic("out-refs clear")
+    assert "dropped after every cell (clear)" in capsys.readouterr().out
+    with pytest.raises(UsageError, match=r"^%cluster out-refs: not an output-ref policy: 'last x'"):
+        magic("out-refs last x")
+    magic("out-refs last 10")

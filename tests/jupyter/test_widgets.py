@@ -8,6 +8,7 @@ conditions on task events are polled for, never slept for.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -152,7 +153,7 @@ def test_timeline_one_bar_per_attempt(fifty: list[TaskEvent], feed: Feed) -> Non
 
 
 def test_timeline_incremental_updates_add_only_new_attempts(fifty: list[TaskEvent]) -> None:
-    feed = Feed(autostart=False, batch=4)  # tiny batches: the cursor search must widen
+    feed = Feed(autostart=False)
     tl = Timeline(feed=feed)
     poll(feed, lambda: tl.total >= len(fifty), "the backfill")
     before = tl.total
@@ -370,14 +371,84 @@ def test_text_plain_fallbacks(cluster2: Any, feed: Feed) -> None:
         assert w._repr_mimebundle_() == {"text/plain": repr(w)}
 
 
-def test_feed_thread_runs_while_subscribed(cluster2: Any) -> None:
+def test_feed_pushes_changes_and_stays_quiet_when_idle(cluster2: Any) -> None:
     feed = Feed(interval=0.1)
     got: list[FeedUpdate] = []
-    feed.subscribe(got.append, events=False)
-    poll_for(lambda: len(got) >= 3, DEADLINE_S, 0.05, "three ticks from the feed thread")
-    assert all(u.nodes for u in got) and all(not u.events for u in got)
+    feed.subscribe(got.append)
+    poll_for(lambda: got, DEADLINE_S, 0.05, "the first update")
+    first = got[0]
+    assert first.backfill and first.nodes, "a new subscriber gets the nodes and the ring at once"
+    assert feed.subscribed and feed.running
+
+    def settled() -> bool:  # nothing new for a second (late heartbeats of earlier tests)
+        n = len(got)
+        time.sleep(1.0)
+        return len(got) == n
+
+    poll_for(settled, DEADLINE_S, 0, "the feed to settle")
+    idle_at, requests = len(got), feed.requests
+    time.sleep(2.0)
+    assert len(got) == idle_at, "an idle cluster must not produce updates"
+
+    assert nbcluster.get([cube.remote(i) for i in range(4)], timeout=DEADLINE_S) == [0, 1, 8, 27]
+    poll_for(
+        lambda: sum(e.name == "cube" for u in got[idle_at:] for e in u.events) >= 4,
+        DEADLINE_S,
+        0.05,
+        "the cube attempts, pushed",
+    )
+    assert any(u.nodes for u in got[idle_at:]), "the busy node was pushed too"
+    assert feed.requests == requests, "the feed asked the head for something: it polled"
     feed.unsubscribe(got.append)
-    poll_for(lambda: not feed.running, DEADLINE_S, 0.05, "the feed thread to stop")
+    poll_for(lambda: not feed.running and not feed.subscribed, DEADLINE_S, 0.05, "the feed to stop")
+
+
+class FakeStream:
+    """A subscription whose batches the test pushes by hand."""
+
+    def __init__(self, callback: Callable[[Any], None]) -> None:
+        self.push = callback
+        self.error = None
+        self.closed = False
+
+    def wait_ready(self, timeout: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_feed_reports_what_the_stream_dropped_and_dedupes_the_backfill(cluster2: Any) -> None:
+    streams: list[FakeStream] = []
+
+    def subscribe(callback: Callable[[Any], None], **kw: Any) -> FakeStream:
+        streams.append(FakeStream(callback))
+        callback(state.EventBatch((), snapshot=True))
+        return streams[-1]
+
+    feed = Feed(autostart=False, subscribe=subscribe)
+    tl = Timeline(feed=feed)
+    feed.poll_once()
+    ring_total = tl.total
+    assert ring_total == len(ring())
+    (stream,) = streams
+    old = ring()[-1]  # pushed again although the backfill already had it
+    new = dataclasses.replace(old, task_id="f" * 32, name="pushed")
+    stream.push(
+        state.EventBatch(
+            (
+                state.ClusterEvent(10, time.time(), "task", old),
+                state.ClusterEvent(50, time.time(), "dropped", 39),
+                state.ClusterEvent(51, time.time(), "task", new),
+            )
+        )
+    )
+    feed.poll_once()
+    assert tl.total == ring_total + 1 and tl.summary["pushed"].count == 1
+    assert "39 events were dropped before they reached it" in tl.figure.layout.title.text
+    tl.close()
+    feed.stop()
+    assert stream.closed
 
 
 def test_feed_drops_subscribers_of_another_connection(cluster2: Any, feed: Feed) -> None:

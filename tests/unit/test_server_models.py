@@ -230,6 +230,7 @@ MIRRORED = [
     models.LoadModel,
     models.ScalingEventModel,
     models.ConnectCodeModel,
+    models.UpdatesModel,
     models.ErrorModel,
     models.StartRequest,
     models.ScaleRequest,

@@ -191,8 +191,8 @@ class ActorSubmitter:
                 batch = await call.read()
                 if batch is None or not hasattr(batch, "replies"):
                     break
-                for record in batch.logs:
-                    self.client.submitter._on_log(record)
+                for record in batch.logs:  # an actor call's output goes to its caller's cell
+                    self.client.submitter._on_log(record, conn.inflight.get(record.task_id))
                 for reply in batch.replies:
                     rec = conn.inflight.pop(reply.task_id, None)
                     if rec is not None:

@@ -97,6 +97,11 @@ class CoreClient:
         # layer replaces both hooks to send output to the cell that submitted the task.
         self.output_handler: Callable[[Any, str, Any], None] = print_task_output
         self.submit_context: Callable[[], Any] | None = None
+        # Told of every task and actor call submitted: observer(task_id, name, context)
+        # (issue 13: the Jupyter layer maps tasks to the cells that submitted them).
+        self.task_observer: Callable[[bytes, str, Any], None] | None = None
+        # actor id -> (actor class, args, kwargs, name, namespace, lifetime) of those made here
+        self.actor_creations: dict[bytes, tuple[Any, ...]] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self, servicer_factory: Callable[[CoreClient], Any] | None = None) -> None:

@@ -528,8 +528,8 @@ class Submitter:
         if not lease.returned:
             self._lease_failed(lease)
 
-    def _on_log(self, record: pb.LogRecord) -> None:
-        rec = self.tasks.get(record.task_id)
+    def _on_log(self, record: pb.LogRecord, rec: TaskRecord | None = None) -> None:
+        rec = rec if rec is not None else self.tasks.get(record.task_id)
         handler = self.client.output_handler
         try:
             handler(rec.context if rec is not None else None, rec.name if rec else "task", record)

@@ -89,6 +89,9 @@ class AutoscalingService(apb_grpc.AutoscalingServicer):
             with contextlib.suppress(Exception):
                 self.requested = list(apb.RequestResourcesRequest.FromString(raw).bundles)
         self._channels: dict[str, grpc.aio.Channel] = {}
+        #: Called with the last event seq when a report brings events or new demand (the
+        #: head's event stream tells its subscribers; see ``head/events.py``).
+        self.on_change: Callable[[int], None] | None = None
 
     def register(self, server: grpc.aio.Server) -> None:
         """Serve this service on the head's server."""
@@ -173,6 +176,14 @@ class AutoscalingService(apb_grpc.AutoscalingServicer):
         report = apb.AutoscalerReport()
         report.CopyFrom(request)
         del report.events[:]
+        previous = self.report
+        changed = (
+            bool(request.events)
+            or previous is None
+            or list(previous.pending) != list(report.pending)
+        )
+        if changed and self.on_change is not None:
+            self.on_change(self.seq)
         self.report = report
         self.report_time = self.clock()
         return apb.Ack()

@@ -50,8 +50,10 @@ async def serve(args: argparse.Namespace) -> None:
     )
     server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
     pb_grpc.add_HeadServicer_to_server(service, server)
+    service.events.register(server)
     autoscaling = AutoscalingService(state, service.placement, token, store.kv_put)
     autoscaling.register(server)
+    autoscaling.on_change = service.events.autoscaler_changed
     service.recover()
     address = {"value": ""}
     jobs, job_servicer = make_job_service(
@@ -90,6 +92,7 @@ async def serve(args: argparse.Namespace) -> None:
     await stop.wait()
     ticker.cancel()
     drivers.cancel()
+    service.events.close()
     job_watch.cancel()
     await jobs.shutdown()
     await job_servicer.close()

@@ -17,8 +17,9 @@ from typing import Any
 
 import grpc
 
-from nbcluster._runtime.head.actor_service import ActorManager
+from nbcluster._runtime.head.actor_service import ActorManager, actor_info
 from nbcluster._runtime.head.drivers import DriverWatch
+from nbcluster._runtime.head.events import EventPublisher, Snapshot, node_key
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
@@ -199,7 +200,8 @@ class HeadService(pb_grpc.HeadServicer):
         self.clock = clock
         self.start_time = clock()
         self.channels = Channels(token, 512 * 2**20)
-        self.actors = ActorManager(state, self.channels, clock, persist=store.put_actor)
+        self.events = EventPublisher(self._snapshot, node_info, _job_info, clock=clock)
+        self.actors = ActorManager(state, self.channels, clock, persist=self._actor_changed)
         self.placement = PlacementGroupManager(
             state, self.channels, persist=store.put_pg, forget=store.delete_pgs
         )
@@ -236,11 +238,13 @@ class HeadService(pb_grpc.HeadServicer):
                 last_heartbeat=now,
             )
         )
+        self.events.node_joined(self.state.nodes[n.node_id])
         log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
         self.placement.resources_changed()
         return pb.RegisterNodeReply(session_name=self.session_name)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext):
+        before = node_key(self.state.nodes.get(request.node_id))
         ok = self.state.heartbeat(
             request.node_id,
             self.clock(),
@@ -257,6 +261,7 @@ class HeadService(pb_grpc.HeadServicer):
             fenced = (known is not None and not known.alive) or request.node_id in self.dead_nodes
             return pb.HeartbeatReply(reregister=True, fenced=fenced)
         self.placement.resources_changed()
+        self.events.node_heartbeat(before, self.state.nodes.get(request.node_id))
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
@@ -271,8 +276,22 @@ class HeadService(pb_grpc.HeadServicer):
         """Record a dead node (so it is fenced if it comes back) and restart its actors."""
         self.dead_nodes[node_id] = reason
         self.store.put_dead_node(node_id, reason)
+        self.events.node_died(self.state.nodes.get(node_id))
         self.actors.node_died(node_id, reason)
         self.placement.resources_changed()
+
+    def _actor_changed(self, rec: Any) -> None:
+        """An actor changed state: persist it and tell the event subscribers."""
+        self.events.actor_changed(actor_info(rec))
+        self.store.put_actor(rec)
+
+    def _snapshot(self) -> Snapshot:
+        """The current nodes, actors and jobs, for a new event subscriber."""
+        return Snapshot(
+            nodes=[node_info(n) for n in self.state.live_nodes()],
+            actors=list(self.actors.list().actors),
+            jobs=[_job_info(j) for j in self.state.jobs.values()],
+        )
 
     def recover(self) -> None:
         """After a restart: bring back actors and placement groups from SQLite."""
@@ -329,6 +348,7 @@ class HeadService(pb_grpc.HeadServicer):
         job.alive = True
         self.state.register_job(job)
         self.store.put_job(job)
+        self.events.job_changed(job)
         if self.driver_registered is not None:
             self.driver_registered(job.job_id, job.driver_pid, job.driver_hostname)
         self.drivers.job_registered(job)
@@ -344,6 +364,7 @@ class HeadService(pb_grpc.HeadServicer):
         job = self.state.finish_job(job_id, self.clock())
         if job is not None:
             self.store.put_job(job)
+            self.events.job_changed(job)
             self.actors.job_finished(job_id)
             self.placement.job_finished(job_id)
 
@@ -403,6 +424,7 @@ class HeadService(pb_grpc.HeadServicer):
         self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext
     ):
         self.state.add_task_events(request.events)
+        self.events.tasks(request.events)
         return pb.Empty()
 
     async def GetTaskEvents(

@@ -225,7 +225,11 @@ def install(capture: OutputCapture) -> None:
     sys.stdout = TaskStream("stdout", capture, sys.stdout)  # type: ignore[arg-type]
     sys.stderr = TaskStream("stderr", capture, sys.stderr)  # type: ignore[arg-type]
     root = logging.getLogger()
-    root.handlers[:] = [logging.StreamHandler(_CurrentStderr())]  # type: ignore[arg-type]
+    user = logging.StreamHandler(_CurrentStderr())  # type: ignore[arg-type]
+    # "WARNING:name:message", as logging.basicConfig prints: the notebook's log area reads
+    # the level from it (its level filter).
+    user.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    root.handlers[:] = [user]
     # nbcluster's own logs go to the worker's log file, never to the user.
     own = logging.getLogger("nbcluster")
     own.propagate = False

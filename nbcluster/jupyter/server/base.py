@@ -23,6 +23,7 @@ from nbcluster.jupyter.server.manager import (
     OperationFailed,
 )
 from nbcluster.jupyter.server.models import BadRequest, valid_cluster_id
+from nbcluster.jupyter.server.watch import ClusterWatcher
 
 __all__ = ["API_PREFIX", "NbclusterHandler"]
 
@@ -47,6 +48,16 @@ class NbclusterHandler(APIHandler):
     def manager(self) -> ClusterManager:
         """The server's :class:`ClusterManager` (set up by the extension app)."""
         return self.settings["nbcluster_manager"]
+
+    @property
+    def watcher(self) -> ClusterWatcher | None:
+        """The server's :class:`ClusterWatcher` (None when the app made none)."""
+        return self.settings.get("nbcluster_watcher")
+
+    def changed(self) -> None:
+        """The panel changed a cluster: the watcher rescans at once."""
+        if self.watcher is not None:
+            self.watcher.poke()
 
     def kernel_pids(self) -> dict[int, str]:
         """PID → kernel id of this server's kernels (read on the event loop thread)."""

@@ -23,7 +23,12 @@ route                                      verb    body / answer
 ``clusters/<id>/jobs/<sid>``               DELETE  204 (forget a finished job)
 ``clusters/<id>/jobs/<sid>/stop``          POST    ``JobModel``
 ``clusters/<id>/jobs/<sid>/logs``          GET     ``JobLogsModel`` (``?offset=N``)
+``updates?after=N&timeout=S``              GET     ``UpdatesModel`` (long poll)
 =========================================  ======  ================================
+
+``updates`` is what the lab extension listens to: it answers as soon as the list of
+clusters or a load changed after version ``N`` (the heads push their changes to the
+server, :mod:`.watch`), or after ``S`` seconds (default 25, at most 60) unchanged.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from tornado import web
 from nbcluster.jupyter.server.base import API_PREFIX, NbclusterHandler
 from nbcluster.jupyter.server.job_handlers import job_routes
 from nbcluster.jupyter.server.models import (
+    BadRequest,
     ClusterListModel,
     parse_address_request,
     parse_scale_request,
     parse_start_request,
+    parse_updates_query,
 )
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "ConnectCodeHandler",
     "LoadHandler",
     "NbclusterHandler",
+    "UpdatesHandler",
     "routes",
 ]
 
@@ -68,6 +76,7 @@ class ClustersHandler(NbclusterHandler):
         """Start a cluster: ``{"num_cpus": int, "nodes": int}``."""
         req = self.parse(parse_start_request, self.manager.limits)
         model = await self.call(self.manager.start, req["num_cpus"], req["nodes"])
+        self.changed()
         self.reply(model, 201)
 
 
@@ -87,7 +96,9 @@ class ClusterHandler(NbclusterHandler):
         """Scale a cluster started from the panel: ``{"nodes": int}``."""
         cid = self.cluster_id(cluster_id)
         req = self.parse(parse_scale_request, self.manager.limits)
-        self.reply(await self.call(self.manager.scale, cid, req["nodes"]))
+        model = await self.call(self.manager.scale, cid, req["nodes"])
+        self.changed()
+        self.reply(model)
 
     @web.authenticated
     @authorized
@@ -95,6 +106,7 @@ class ClusterHandler(NbclusterHandler):
         """Stop a cluster started from the panel, or forget an added address."""
         cid = self.cluster_id(cluster_id)
         await self.call(self.manager.stop, cid)
+        self.changed()
         self.set_status(204)
         self.finish()
 
@@ -130,7 +142,27 @@ class AddressesHandler(NbclusterHandler):
         """``{"address": "host:port"}`` → the new list entry."""
         req = self.parse(parse_address_request)
         model = await self.call(self.manager.add_address, req["address"], self.kernel_pids())
+        self.changed()
         self.reply(model, 201)
+
+
+class UpdatesHandler(NbclusterHandler):
+    """``/nbcluster/api/updates``: the list and the loads, when they change (long poll)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """``UpdatesModel`` once its version passes ``after`` (or at ``timeout``)."""
+        try:
+            after, timeout = parse_updates_query(
+                self.get_query_argument("after", None), self.get_query_argument("timeout", None)
+            )
+        except BadRequest as err:
+            raise web.HTTPError(400, str(err)) from None
+        watcher = self.watcher
+        if watcher is None:
+            raise web.HTTPError(503, "updates are not available: the cluster watcher is off")
+        self.reply(await watcher.wait(after, timeout))
 
 
 def routes() -> list[tuple[str, type[NbclusterHandler]]]:
@@ -142,5 +174,6 @@ def routes() -> list[tuple[str, type[NbclusterHandler]]]:
         (rf"{cluster}/connect-code", ConnectCodeHandler),
         (rf"{cluster}/load", LoadHandler),
         (rf"{API_PREFIX}/addresses", AddressesHandler),
+        (rf"{API_PREFIX}/updates", UpdatesHandler),
         *job_routes(),  # the Jobs section (issue 17)
     ]

@@ -28,6 +28,8 @@ __all__ = [
     "ScaleRequest",
     "ScalingEventModel",
     "StartRequest",
+    "UpdatesModel",
+    "parse_updates_query",
     "connect_code",
     "parse_address_request",
     "parse_scale_request",
@@ -117,6 +119,19 @@ class LoadModel(TypedDict):
     scaling_events: list[ScalingEventModel]
 
 
+class UpdatesModel(TypedDict):
+    """``GET /nbcluster/api/updates?after=N``: the list and every load, once they changed.
+
+    ``version`` increases with every change; the next request passes it as ``after``
+    and is answered when something changed after it (or at its timeout, unchanged).
+    ``loads`` has one entry per cluster on this host whose head pushed its state.
+    """
+
+    version: int
+    clusters: list[ClusterModel]
+    loads: list[LoadModel]
+
+
 class ConnectCodeModel(TypedDict):
     """``POST /nbcluster/api/clusters/<id>/connect-code``: what to run in a kernel."""
 
@@ -203,6 +218,30 @@ def _int_in(body: dict[str, Any], key: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise BadRequest(f"{key!r} must be from {low} to {high}, got {value}")
     return value
+
+
+#: The longest a long poll may wait (seconds), and what it waits when not told.
+MAX_WAIT_S = 60.0
+DEFAULT_WAIT_S = 25.0
+_UINT = re.compile(r"[0-9]{1,15}")
+_SECONDS = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3})?")
+
+
+def parse_updates_query(after: str | None, timeout: str | None) -> tuple[int, float]:
+    """``?after=N&timeout=S`` of the updates route: (version seen, seconds to wait)."""
+    seen = 0
+    if after is not None:
+        if _UINT.fullmatch(after) is None:
+            raise BadRequest(f"'after' must be a version number (0, 1, 2, ...), got {after!r:.40}")
+        seen = int(after)
+    wait = DEFAULT_WAIT_S
+    if timeout is not None:
+        if _SECONDS.fullmatch(timeout) is None or float(timeout) > MAX_WAIT_S:
+            raise BadRequest(
+                f"'timeout' must be seconds from 0 to {MAX_WAIT_S:g}, got {timeout!r:.40}"
+            )
+        wait = float(timeout)
+    return seen, wait
 
 
 def parse_start_request(body: Any, limits: Limits) -> StartRequest:

@@ -1,8 +1,8 @@
 """Live widgets: task timeline, resources, object store, task graph, progress bars.
 
 Each is a small object that owns an ipywidget (a plotly ``FigureWidget`` or a box of
-ipywidgets) and is updated from the kernel's one throttled feed (``_feed.py``: it polls
-:mod:`nbcluster.state` a few times a second at most). ipywidgets and plotly are imported
+ipywidgets) and is updated from the kernel's one throttled feed (``_feed.py``: one
+subscription to the head's pushed event stream, handed out a few times a second at most). ipywidgets and plotly are imported
 when a widget is created, never by ``import nbcluster``. Every widget has a text/plain
 repr, so it reads well where widgets do not render.
 

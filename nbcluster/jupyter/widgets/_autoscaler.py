@@ -4,8 +4,9 @@ A plotly ``FigureWidget`` with, over time, the number of live nodes and the pend
 demand (queued requests the autoscaler saw), and a marker for every scaling event
 (launch, joined, removed, failed launch, infeasible request) whose hover text is the
 event's message. A line above it summarizes the autoscaler. Everything comes from the
-head through :func:`nbcluster.state.autoscaler_status`, once per feed tick, asking only
-for events after the last one seen.
+head through :func:`nbcluster.state.autoscaler_status`, asking only for events after the
+last one seen, when the head pushes news: a node changed, or the autoscaler reported
+events or new demand (never while the cluster is idle).
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ class Autoscaler(LiveWidget):
         return self._figure
 
     def _apply(self, update: FeedUpdate) -> None:
+        if update.nodes is None and not update.autoscaler:
+            return  # the head pushed nothing the autoscaler view shows
         try:
             st = state.autoscaler_status(after_seq=self._seq)
         except Exception:  # noqa: BLE001 - a head restart: the next tick tries again

@@ -1,7 +1,9 @@
 """What every live widget shares: a feed subscription, ``close()``, and a text/plain repr.
 
 A live widget is a small Python object that owns an ipywidget (``.widget``: a plotly
-``FigureWidget``, or a box of them) and subscribes to the kernel's :class:`Feed`. It is
+``FigureWidget``, or a box of them) and subscribes to the kernel's :class:`Feed`, which
+calls it when the head pushes something it asked for (task events, node changes) and, for
+widgets that read this process's own state (``_wants_ticks``), every feed interval. It is
 not itself an ipywidget, so that ``import nbcluster`` never imports ipywidgets or plotly
 (they are imported when a widget is created). Displaying it shows the ipywidget, with the
 widget's own text summary as the ``text/plain`` fallback (what a terminal, an email of the
@@ -29,6 +31,8 @@ class LiveWidget:
 
     _wants_events = True
     _wants_nodes = True
+    #: Also called every feed interval (for widgets that read this process's own state).
+    _wants_ticks = False
 
     def __init__(self, feed: Feed | None = None) -> None:
         state.session_info()  # raises "nbcluster is not initialized: call nbcluster.init()"
@@ -39,7 +43,10 @@ class LiveWidget:
         self.widget: Any = self._build()
         self.widget.observe(self._on_comm_change, names="comm")
         self._sub: Subscription | None = self._feed.subscribe(
-            self._on_update, events=self._wants_events, nodes=self._wants_nodes
+            self._on_update,
+            events=self._wants_events,
+            nodes=self._wants_nodes,
+            ticks=self._wants_ticks,
         )
 
     # -- subclass hooks ---------------------------------------------------------------------

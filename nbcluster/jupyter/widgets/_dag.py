@@ -93,6 +93,7 @@ class DAGView(LiveWidget):
     """
 
     _wants_nodes = False
+    _wants_ticks = True  # node states come from this process's refs
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""``ObjectStore``: store use per node over time, and the largest objects this driver owns."""
+"""``ObjectStore``: store use per node over time, the largest objects this driver owns, and a
+release button for each notebook variable that holds them."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ import html
 import itertools
 import re
 import string
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, MutableMapping
 from importlib import resources
 from typing import Any
 
 from nbcluster import ObjectRef, state
+from nbcluster.jupyter.memory import freed_bytes, release_variable
 from nbcluster.jupyter.widgets._base import LiveWidget, format_bytes, node_label
 from nbcluster.jupyter.widgets._feed import Feed, FeedUpdate
 
-__all__ = ["ObjectRow", "ObjectStore", "find_ref_names"]
+__all__ = ["ObjectRow", "ObjectStore", "find_ref_names", "releasable"]
 
 _NUMBERED_OUT = re.compile(r"_\d+")
 _MAX_NAMES_SHOWN = 3
@@ -103,6 +106,29 @@ class ObjectRow:
     names: tuple[str, ...]
 
 
+def releasable(names: tuple[str, ...]) -> list[str]:
+    """The names a release button can drop for a row: variables (``refs[3]`` → ``refs``)
+    and outputs (``Out[7]``; its alias ``_7`` is the same entry)."""
+    out: list[str] = []
+    for name in names:
+        if _NUMBERED_OUT.fullmatch(name):
+            name = f"Out[{name[1:]}]"
+        elif not name.startswith("Out["):
+            name = name.split("[", 1)[0]
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _shell() -> Any:
+    """The IPython shell (its display hook holds the latest outputs too), or None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
 def _user_namespace() -> Mapping[str, Any]:
     try:
         from IPython import get_ipython
@@ -119,15 +145,17 @@ class ObjectStore(LiveWidget):
     spilled to disk (dashed), a point per feed tick, keeping the last ``history`` points
     (default 600: five minutes at 2 Hz). Below it a table lists the ``max_rows`` largest
     objects this driver owns (``nbcluster.state.owned_objects()``) with the notebook
-    variables that hold a ref to each (see :func:`find_ref_names`): that is what to ``del``
-    to free memory. Values stored inline in this process (small ones) count as 0 bytes in
-    the store.
+    variables that hold a ref to each (see :func:`find_ref_names`), and a **release**
+    button per variable: it deletes the variable (or drops the output ``Out[n]``) and shows
+    the bytes the cluster freed (:meth:`release`). Values stored inline in this process
+    (small ones) count as 0 bytes in the store.
 
     ``user_ns``: the namespace searched for variable names (default: the IPython user
     namespace, ``get_ipython().user_ns``; no names outside IPython).
     """
 
     _wants_events = False
+    _wants_ticks = True  # the table reads this process's refs, which the head never sees
 
     def __init__(
         self,
@@ -145,6 +173,9 @@ class ObjectStore(LiveWidget):
         self._nodes: dict[str, state.NodeStats] = {}
         self.rows: list[ObjectRow] = []
         self._table_html = ""
+        self._buttons_for: tuple[tuple[str, int], ...] = ()
+        #: What the last release did ("released x: 76.3 MiB freed").
+        self.last_release = ""
         super().__init__(feed)
 
     def _build(self) -> Any:
@@ -165,7 +196,14 @@ class ObjectStore(LiveWidget):
             )
         )
         self._html = ipywidgets.HTML(value="")
-        return ipywidgets.VBox([self._fig, self._html])
+        self._actions = ipywidgets.HBox(layout=ipywidgets.Layout(flex_flow="row wrap"))
+        self._status = ipywidgets.Label(value="")
+        return ipywidgets.VBox([self._fig, self._html, self._actions, self._status])
+
+    @property
+    def buttons(self) -> list[Any]:
+        """The release buttons (one per variable holding a listed object)."""
+        return list(self._actions.children)
 
     @property
     def figure(self) -> Any:
@@ -201,13 +239,18 @@ class ObjectStore(LiveWidget):
         for label in self._series:
             if f"{label} used" not in have:
                 fig.add_trace(
-                    go.Scatter(name=f"{label} used", mode="lines", hovertemplate="%{y:.3s}B")
+                    go.Scatter(
+                        name=f"{label} used",
+                        mode="lines",
+                        line={"shape": "hv"},
+                        hovertemplate="%{y:.3s}B",
+                    )
                 )
                 fig.add_trace(
                     go.Scatter(
                         name=f"{label} spilled",
                         mode="lines",
-                        line={"dash": "dash"},
+                        line={"dash": "dash", "shape": "hv"},
                         hovertemplate="%{y:.3s}B",
                     )
                 )
@@ -249,6 +292,65 @@ class ObjectStore(LiveWidget):
             if table != self._table_html:
                 self._table_html = table
                 self._html.value = table
+            self._update_buttons(rows)
+
+    def _update_buttons(self, rows: list[ObjectRow]) -> None:
+        import ipywidgets
+
+        sizes: dict[str, int] = {}
+        for r in rows:
+            for name in releasable(r.names):
+                sizes[name] = sizes.get(name, 0) + r.size
+        wanted = tuple(sizes.items())
+        if wanted == self._buttons_for:
+            return
+        self._buttons_for = wanted
+        old = self._actions.children
+        buttons = []
+        for name, size in wanted:
+            b = ipywidgets.Button(
+                description=f"release {name}",
+                tooltip=f"del {name}: it holds {format_bytes(size)} of the listed objects",
+                layout=ipywidgets.Layout(width="auto"),
+            )
+            b.on_click(lambda _b, name=name: self._release_in_background(name))
+            buttons.append(b)
+        self._actions.children = tuple(buttons)
+        for b in old:
+            b.close()
+
+    def _namespace(self) -> MutableMapping[str, Any]:
+        ns = self._user_ns if self._user_ns is not None else _user_namespace()
+        if not isinstance(ns, MutableMapping):
+            raise TypeError("the namespace of this widget cannot be changed")
+        return ns
+
+    def release(self, name: str) -> int:
+        """Drop the notebook's reference ``name`` (a variable, or ``Out[n]``); wait until
+        the cluster has freed what only it held; return the bytes freed (also shown)."""
+        before = {o.object_id: o.size for o in state.owned_objects()}
+        try:
+            removed = release_variable(self._namespace(), name, _shell())
+        except KeyError as err:
+            self._set_status(f"nothing released: {err.args[0]}")
+            return 0
+        what = ", ".join(removed)
+        self._set_status(f"released {what}: freeing ...")
+        freed = freed_bytes(before)
+        self._set_status(f"released {what}: {format_bytes(freed)} freed")
+        self.refresh_table()
+        return freed
+
+    def _release_in_background(self, name: str) -> None:
+        # A button click runs on the kernel's thread: measuring what was freed takes up to
+        # a few seconds, so it goes on a thread of its own.
+        threading.Thread(
+            target=self.release, args=(name,), name="nbcluster-release", daemon=True
+        ).start()
+
+    def _set_status(self, text: str) -> None:
+        self.last_release = text
+        self._status.value = text
 
     def _render_table(self, rows: list[ObjectRow]) -> str:
         body = "\n".join(
@@ -285,6 +387,10 @@ class ObjectStore(LiveWidget):
         super().close()
         self._fig.close()
         self._html.close()
+        for b in self._actions.children:
+            b.close()
+        self._actions.close()
+        self._status.close()
 
     def _disconnected(self) -> None:
         with self._fig.batch_update():

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from nbcluster.jupyter.cells import cell_of
 from nbcluster.jupyter.widgets._base import LiveWidget, format_seconds, node_label
 from nbcluster.jupyter.widgets._feed import Feed, FeedUpdate
 from nbcluster.state import NodeStats, TaskEvent
@@ -44,10 +45,13 @@ class Timeline(LiveWidget):
     ``window`` bars (default 2,000): the most recently reported attempts. Every attempt
     ever seen, drawn or not, is counted in :attr:`summary` (per function: count, total run
     time, failures), which the title shows with how many attempts are not drawn. The head
-    itself keeps a bounded ring of events (``task_events_capacity``); attempts it dropped
-    before this widget saw them are reported in the title too.
+    itself keeps a bounded ring of events (``task_events_capacity``), and pushes new ones
+    to the kernel's feed through a bounded buffer; attempts dropped by either before this
+    widget saw them are counted in the title too.
 
     ``job_id``: show only that job's tasks (hex id; default: every job on the cluster).
+    ``cell``: show only the tasks and actor calls submitted by the cell ``In [cell]`` of
+    this notebook (``%load_ext nbcluster`` records which cell submitted what).
     ``feed``: the feed to subscribe to (default: the kernel's). Call :meth:`close` to
     stop updating. :meth:`add_events` feeds events directly (tests, replays).
     """
@@ -57,12 +61,14 @@ class Timeline(LiveWidget):
         *,
         window: int = 2000,
         job_id: str | None = None,
+        cell: int | None = None,
         feed: Feed | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1 bar, got {window}")
         self.window = window
         self.job_id = job_id
+        self.cell = cell
         self._recent: collections.deque[TaskEvent] = collections.deque(maxlen=window)
         self.summary: dict[str, FunctionSummary] = {}
         self.total = 0
@@ -122,10 +128,12 @@ class Timeline(LiveWidget):
 
     def _ingest(self, events: Iterable[TaskEvent]) -> int:
         n = 0
-        recent, summary, job = self._recent, self.summary, self.job_id
+        recent, summary, job, cell = self._recent, self.summary, self.job_id, self.cell
         t0 = self._t0
         for e in events:
             if job is not None and e.job_id != job:
+                continue
+            if cell is not None and cell_of(e.task_id) != cell:
                 continue
             s = summary.get(e.name)
             if s is None:
@@ -222,7 +230,7 @@ class Timeline(LiveWidget):
         if self.shown < self.total:
             head += f" (latest {self.shown:,} drawn, {self.total - self.shown:,} summarised)"
         if self._head_dropped:
-            head += f"; the head dropped {self._head_dropped:,} older events"
+            head += f"; {self._head_dropped:,} events were dropped before they reached it"
         by_time = sorted(self.summary.items(), key=lambda kv: kv[1].total_s, reverse=True)
         parts = [
             f"{name} ×{s.count:,} {format_seconds(s.total_s)}"
