@@ -284,7 +284,7 @@ def _autoscale_config(spec: ClusterSpec) -> dict[str, Any]:
         if spec.idle_timeout is not None:
             raise UsageError("%cluster start: --idle-timeout needs --max-nodes N (autoscaling)")
         return {}
-    if spec.max_nodes < spec.nodes:
+    if spec.max_nodes < (spec.nodes or 1):
         raise UsageError(
             f"%cluster start: --max-nodes ({spec.max_nodes}) must be at least --nodes ({spec.nodes})"
         )

@@ -443,7 +443,7 @@ class CoreClient:
                     entry.fetching = False
                     entry.buffer = None
         else:
-            self.call_soon(self.submitter.ensure_node_watch)
+            self.call_soon(self.submitter.ensure_node_watch, min(60.0, limit - time.monotonic()))
             # Wait until the node is declared dead and the object is rebuilt (or lost).
             while entry.state == READY and entry.exc is None and entry.node_address == address:
                 if time.monotonic() > limit:

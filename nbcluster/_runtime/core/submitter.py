@@ -147,6 +147,7 @@ class Submitter:
         self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.closed = False
         self.node_watch_running = False
+        self.node_watch_hold = 0.0  # keep watching until this time (monotonic) at least
         self.dead_nodes: set[bytes] = set()
         self.fn_avg: dict[bytes, float] = {}  # average run time per function
 
@@ -770,8 +771,10 @@ class Submitter:
             )
 
     # -- node failures -------------------------------------------------------------------------
-    def ensure_node_watch(self) -> None:
-        """Watch for dead nodes while this process has work or objects out in the cluster."""
+    def ensure_node_watch(self, hold_s: float = 0.0) -> None:
+        """Watch for dead nodes while this process has work out in the cluster (and for at
+        least ``hold_s`` seconds: a get() waiting for an owned object's node to be judged)."""
+        self.node_watch_hold = max(self.node_watch_hold, time.monotonic() + hold_s)
         if not self.node_watch_running and not self.closed:
             self.node_watch_running = True
             self.client.loop.create_task(self._watch_nodes())
@@ -782,6 +785,15 @@ class Submitter:
         try:
             while not self.closed:
                 await asyncio.sleep(interval)
+                if (
+                    not self.tasks
+                    and not any(kq.leases for kq in self.keys.values())
+                    and time.monotonic() > self.node_watch_hold
+                ):
+                    # Nothing out in the cluster: stop polling (an idle driver costs the head
+                    # nothing). A new lease, or a get() that cannot reach an owned object,
+                    # starts the watch again; it then sees the deaths it missed.
+                    break
                 try:
                     reply = await client.head().GetNodes(
                         pb.GetNodesRequest(include_dead=True), timeout=10

@@ -126,6 +126,8 @@ class JobManager:
         self.popen: dict[str, subprocess.Popen[bytes]] = {}
         self.launcher: Launcher | None = None  # forks supervisors (started on first use)
         self.changed = asyncio.Event()
+        #: Set when a job is submitted (supervision sleeps while no job is active).
+        self.submitted = asyncio.Event()
         self.db.execute(_SCHEMA)
         self._seq = 0
 
@@ -175,6 +177,7 @@ class JobManager:
                 error_type="SUPERVISOR_DIED",
             )
         self.persist(job)
+        self.submitted.set()
         return job
 
     def _start_supervisor(self, job: Submission) -> None:
@@ -305,6 +308,10 @@ class JobManager:
     async def watch(self, interval: float = 0.5) -> None:
         """Run :meth:`check` periodically (a task of the head)."""
         while True:
+            if not self.popen and not self.table.active():
+                # Nothing to supervise: sleep until a submission (an idle head costs no CPU).
+                self.submitted.clear()
+                await self.submitted.wait()
             await asyncio.sleep(interval)
             try:
                 self.check()

@@ -162,18 +162,15 @@ class NodeAgentServicer(jpb_grpc.NodeAgentServicer):
 
     async def ListObjects(self, request: jpb.Empty, context: grpc.aio.ServicerContext):
         node_id = self.service.state.node_id
-        entries = getattr(self.service.store, "_entries", {})
-        out = []
-        for oid, e in list(entries.items()):
-            phase = getattr(getattr(e, "phase", None), "value", "")
-            out.append(
-                jpb.StoreObject(
-                    object_id=oid,
-                    size=getattr(e, "size", 0),
-                    owner_address=getattr(e, "owner", ""),
-                    state={"sealed": "SEALED", "spilled": "SPILLED"}.get(phase, phase.upper()),
-                    node_id=node_id,
-                    primary=bool(getattr(e, "primary", True)),
-                )
+        out = [
+            jpb.StoreObject(
+                object_id=e.object_id,
+                size=e.size,
+                owner_address=e.owner,
+                state={"sealed": "SEALED", "spilled": "SPILLED"}.get(e.phase, e.phase.upper()),
+                node_id=node_id,
+                primary=e.primary,
             )
+            for e in self.service.objects.store.listing()
+        ]
         return jpb.ListObjectsReply(objects=out)

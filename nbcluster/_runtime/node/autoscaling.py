@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
 from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
@@ -54,15 +55,9 @@ def _shapes(counts: Mapping[ShapeKey, int]) -> list[apb.Shape]:
     return [apb.Shape(resources=dict(k), count=n) for k, n in sorted(counts.items()) if n > 0]
 
 
-def primary_objects(store: Any) -> tuple[int, int]:
+def primary_objects(store: StoreState) -> tuple[int, int]:
     """(count, bytes) of objects whose primary copy is in this node's store."""
-    entries = getattr(store, "_entries", {})
-    n = size = 0
-    for e in list(entries.values()):
-        if getattr(e, "primary", True):
-            n += 1
-            size += getattr(e, "size", 0)
-    return n, size
+    return store.primary_totals()
 
 
 def busy_reason(report: apb.NodeLoadReport) -> str:
@@ -137,7 +132,9 @@ class LoadReporter:
         """This node's load right now (``primary``: a fresh (count, bytes) of primary objects)."""
         st = self.service.state
         now = self.clock()
-        n_obj, n_bytes = primary if primary is not None else primary_objects(self.service.store)
+        n_obj, n_bytes = (
+            primary if primary is not None else primary_objects(self.service.objects.store)
+        )
         rep = apb.NodeLoadReport(
             node_id=st.node_id,
             total=dict(st.total),
@@ -170,10 +167,16 @@ class LoadReporter:
         last_slow: Any = None
         primary = (0, 0)
         counted_at = -1e9
+        idle = False
         try:
             while True:
+                # Busy: look every SAMPLE_S. Idle: sleep until the node's state changes or
+                # the keep-alive is due (an idle node costs no CPU between them).
+                timeout = SAMPLE_S
+                if idle:
+                    timeout = max(SAMPLE_S, KEEPALIVE_S - (self.clock() - last_sent))
                 try:
-                    await asyncio.wait_for(self.wake.wait(), timeout=SAMPLE_S)
+                    await asyncio.wait_for(self.wake.wait(), timeout=timeout)
                     # Woken by a request: let the rest of its burst arrive, so that one
                     # report carries all of it (an owner sends its requests together).
                     await asyncio.sleep(SETTLE_S)
@@ -182,8 +185,8 @@ class LoadReporter:
                 self.wake.clear()
                 st = self.service.state
                 now = self.clock()
-                if now - counted_at >= 1.0:
-                    primary, counted_at = primary_objects(self.service.store), now
+                if idle or now - counted_at >= 1.0:  # idle: woken by a change, count now
+                    primary, counted_at = primary_objects(self.service.objects.store), now
                 busy = bool(st.leases or st.pending or st.bundles or primary[0])
                 if busy:
                     self.last_busy = now
@@ -194,23 +197,32 @@ class LoadReporter:
                 fast = (sorted(pending), sorted(infeasible), busy, self.draining)
                 slow = (sorted(pending.items()), sorted(infeasible.items()))
                 gap = now - last_sent
+                # Quiet when everything is reported and no infeasible request can expire:
+                # nothing changes then without an event that wakes us (lease, request,
+                # object), so no timer is needed until the keep-alive.
+                idle = not infeasible and fast == last_fast and slow == last_slow
                 if not (
                     (fast != last_fast and gap >= MIN_GAP_S)
                     or (slow != last_slow and gap >= self.interval)
                     or gap >= KEEPALIVE_S
                 ):
                     continue
-                rep = self.report(primary)
                 last_sent = now
                 try:
+                    rep = self.report(primary)
                     reply = await self.stub.ReportLoad(rep, timeout=5)
                 except RpcError as err:
                     log.debug("load report failed: %s", err.code().name)
                     continue
+                except Exception:  # a bug here must not silence the node's reports for good
+                    log.exception("load report failed")
+                    continue
                 if reply.unknown_node:  # not registered (yet, or again): try again soon
                     last_fast = last_slow = None
+                    idle = False
                     continue
                 last_fast, last_slow = fast, slow
+                idle = not infeasible
                 if reply.interval_s > 0:
                     self.interval = reply.interval_s
         finally:
@@ -267,4 +279,5 @@ def start(service: Any, server: grpc.aio.Server, token: str) -> LoadReporter:
     reporter = LoadReporter(service, token)
     apb_grpc.add_NodeAutoscalingServicer_to_server(NodeAutoscalingService(reporter), server)
     service.on_infeasible = reporter.note_infeasible
+    service.load_changed = reporter.wake  # set by every change of the node's state
     return reporter

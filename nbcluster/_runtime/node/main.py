@@ -121,7 +121,13 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         session_dir=str(session_dir),
         on_shutdown=stop.set,
     )
-    objects.on_change = service.changed.set
+
+    def objects_changed() -> None:
+        service.changed.set()
+        if service.load_changed is not None:
+            service.load_changed.set()
+
+    objects.on_change = objects_changed
     service.workers = WorkerProcesses(
         zygote=zygote,
         node_address=address,

@@ -220,11 +220,15 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.changed = asyncio.Event()
         #: Set when a lease is granted (what the memory monitor waits for when idle).
         self.leased = asyncio.Event()
+        #: Set with ``changed`` (what the idle load reporter waits for; node/autoscaling.py).
+        self.load_changed: asyncio.Event | None = None
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
         loop = asyncio.get_running_loop()
         self.changed.set()
+        if self.load_changed is not None:
+            self.load_changed.set()
         for ins in instructions:
             if isinstance(ins, Grant):
                 self.leased.set()

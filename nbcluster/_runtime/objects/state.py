@@ -65,6 +65,17 @@ class _Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectListing:
+    """One store entry as the state API lists it (``phase``: creating, sealed, spilled...)."""
+
+    object_id: bytes
+    size: int
+    owner: str
+    phase: str
+    primary: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What to do about a ``create``.
 
@@ -310,6 +321,22 @@ class StoreState:
         """The ``n`` largest objects as ``(id, size, owner, location)``."""
         items = sorted(self._entries.items(), key=lambda kv: kv[1].size, reverse=True)[:n]
         return [(oid, e.size, e.owner, self.location(oid)) for oid, e in items]  # type: ignore[misc]
+
+    def listing(self) -> list[ObjectListing]:
+        """Every object the store accounts for, with its size, owner, phase and primary flag."""
+        return [
+            ObjectListing(oid, e.size, e.owner, e.phase.value, e.primary)
+            for oid, e in list(self._entries.items())
+        ]
+
+    def primary_totals(self) -> tuple[int, int]:
+        """(count, bytes) of the objects whose primary copy is here."""
+        n = size = 0
+        for e in list(self._entries.values()):
+            if e.primary:
+                n += 1
+                size += e.size
+        return n, size
 
     def object_ids(self) -> list[bytes]:
         """Ids of every object the store accounts for (in memory, spilled, or in flight)."""
