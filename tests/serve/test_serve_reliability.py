@@ -22,6 +22,7 @@ import nbcluster
 from nbcluster import serve
 from nbcluster.exceptions import ActorDiedError
 from nbcluster.serve._loadgen import LoadResult, run_load
+from nbcluster.util.state import list_actors
 
 pytestmark = pytest.mark.integration
 NO_CPU = {"num_cpus": 0}
@@ -77,12 +78,16 @@ def test_constructor_error_fails_run_with_the_traceback_and_leaves_nothing(
     text = str(info.value)
     assert text.startswith("Deploying application broken failed")
     assert "Traceback" in text and "ValueError: cannot read the weights file" in text
+    # When run raises, nothing of the failed deployment is left: no replica in the status
+    # (the second replica may still have been starting when the first one failed), and no
+    # replica actor alive.
     st = serve.status().applications["broken"]
     assert st.status == "DEPLOY_FAILED"
     assert st.deployments["Broken"].status == "DEPLOY_FAILED"
     assert st.deployments["Broken"].replicas == ()
-    with pytest.raises(ValueError):
-        nbcluster.get_actor("SERVE_REPLICA::broken#Broken#x", namespace="serve")
+    replicas = [a for a in list_actors() if a.name.startswith("SERVE_REPLICA::broken#Broken#")]
+    assert len(replicas) >= 3  # each start attempt was an actor (the check sees real names)
+    assert [(a.name, a.state) for a in replicas if a.state != "DEAD"] == []
     # A fixed version deploys over the failed one.
 
     @serve.deployment(ray_actor_options=NO_CPU, name="Broken")
@@ -94,6 +99,32 @@ def test_constructor_error_fails_run_with_the_traceback_and_leaves_nothing(
         serve.run(Fixed.bind(), name="broken", route_prefix=None, _display=False).remote().result()
         == "ok"
     )
+
+
+def test_a_failed_deploy_ends_the_replica_still_starting_before_run_raises(
+    serve_cluster: Any, tmp_path: Any
+) -> None:
+    # Of two replicas, the first one's constructor is slow; every other one raises at
+    # once. The deployment fails while the slow one is still starting: serve.run must
+    # not raise before that replica is ended too.
+    slow_flag = str(tmp_path / "slow")
+
+    @serve.deployment(ray_actor_options=NO_CPU, num_replicas=2)
+    class HalfSlow:
+        def __init__(self) -> None:
+            try:
+                os.close(os.open(slow_flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                raise ValueError("bad weights") from None
+            time.sleep(60)  # the slow one: still starting when the deployment fails
+
+    with pytest.raises(RuntimeError, match=r"^Deploying application halfslow failed"):
+        serve.run(HalfSlow.bind(), name="halfslow", route_prefix=None, _display=False)
+    st = serve.status().applications["halfslow"]
+    assert st.status == "DEPLOY_FAILED" and st.deployments["HalfSlow"].replicas == ()
+    replicas = [a for a in list_actors() if a.name.startswith("SERVE_REPLICA::halfslow#")]
+    assert os.path.exists(slow_flag) and len(replicas) >= 3
+    assert [(a.name, a.state) for a in replicas if a.state != "DEAD"] == []
 
 
 def test_crashed_replica_is_replaced_and_only_its_requests_fail(
