@@ -262,7 +262,13 @@ class _Controller:
             )
             refs.append(
                 worker.start.remote(
-                    self.trainer.train_loop_per_worker, self.config, ctx, index, ckpt, shard
+                    self.trainer.train_loop_per_worker,
+                    self.config,
+                    ctx,
+                    index,
+                    ckpt,
+                    shard,
+                    self._attempt_token(),
                 )
             )
         self.acks = [0] * len(group.workers)
@@ -275,6 +281,10 @@ class _Controller:
             except NbclusterError as err:  # the worker died as its loop started
                 failures[rank] = self._died(group, rank, err)
         return failures
+
+    def _attempt_token(self) -> str:
+        """Names the current attempt's staging directories (see ``_storage``)."""
+        return f"{self.trial_id}-{self.state.attempt}"
 
     def _died(self, group: WorkerGroup, rank: int, err: BaseException) -> str:
         info = group.infos[rank]
@@ -357,6 +367,9 @@ class _Controller:
 
     def _carry_out(self, instr: Instruction, group: WorkerGroup) -> Instruction | None:
         if isinstance(instr, Reported):
+            if instr.checkpoint is not None:
+                # Every rank has written its files: the checkpoint becomes visible whole.
+                self.rundir.commit_checkpoint(instr.checkpoint.name, self._attempt_token())
             ckpt = (
                 Checkpoint(self.rundir.checkpoint_path(instr.checkpoint.name))
                 if instr.checkpoint

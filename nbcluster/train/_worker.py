@@ -29,7 +29,7 @@ import cloudpickle
 
 import nbcluster
 from nbcluster.train._checkpoint import Checkpoint
-from nbcluster.train._session import Outbox, Session, StopTraining, TrainContext, set_session
+from nbcluster.train._session import Outbox, Session, StopTraining, TrainContext, use_session
 
 __all__ = ["TrainWorker", "WorkerSetup"]
 
@@ -241,10 +241,18 @@ class TrainWorker:
         next_index: int,
         checkpoint_path: str | None,
         dataset_shards: Mapping[str, Any],
+        attempt: str = "0",
     ) -> None:
-        """Start the training function in a thread and return at once."""
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("this worker is still running a training function")
+        """Start the training function in a thread and return at once.
+
+        ``attempt`` names the run's attempt (its checkpoints are staged under it)."""
+        previous = self._thread
+        if previous is not None and previous.is_alive():
+            # The previous function has sent its last event (the driver saw the run end)
+            # and only its thread's clean-up is left: wait for that, briefly.
+            previous.join(timeout=10.0)
+            if previous.is_alive():
+                raise RuntimeError("this worker is still running a training function")
         outbox = Outbox()
         self._outbox = outbox
         self._gate.rank = context.world_rank
@@ -254,11 +262,15 @@ class TrainWorker:
             next_index=next_index,
             checkpoint=Checkpoint(checkpoint_path) if checkpoint_path else None,
             dataset_shards=dict(dataset_shards),
+            attempt=attempt,
         )
         rank = context.world_rank
 
         def main() -> None:
-            set_session(session)
+            with use_session(session):
+                run_loop()
+
+        def run_loop() -> None:
             try:
                 value = fn(config if config is not None else {}) if _takes_config(fn) else fn()
                 if rank != 0:
@@ -285,7 +297,6 @@ class TrainWorker:
                     payload = None
                 outbox.put(("error", text, payload))
             finally:
-                set_session(None)
                 for stream in (sys.stdout, sys.stderr):
                     if isinstance(stream, _RankStream):
                         stream._line_start = True

@@ -54,6 +54,33 @@ def test_importing_train_loads_neither_torch_nor_widgets():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_process_that_only_reports_loads_no_driver_module():
+    # A Tune runner (or a worker) uses report / Checkpoint / the trial-session hook: none
+    # of the driver's controller, worker group, display or torch modules.
+    code = (
+        "import sys, nbcluster.train, nbcluster.train.trainer\n"
+        "nbcluster.train.report, nbcluster.train.Checkpoint, nbcluster.train.trainer.trial_session\n"
+        "heavy = ['nbcluster.train._controller', 'nbcluster.train._group', "
+        "'nbcluster.train._display', 'nbcluster.train._worker', 'nbcluster.train._trainer', "
+        "'nbcluster.train.torch', 'torch']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert train.__all__ == sorted(train._EXPORTS)
+
+
+def test_libraries_run_a_trainer_through_a_documented_entry_point():
+    from nbcluster.train import _controller, trainer
+
+    assert trainer.run_trainer is _controller.run_trainer
+    assert trainer.TrainingReport is _controller.TrainingReport
+    for name in trainer.__all__:
+        assert getattr(trainer, name).__doc__, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        trainer.nope  # noqa: B018
+
+
 def test_nbcluster_train_is_a_lazy_attribute():
     code = "import sys, nbcluster\nprint('nbcluster.train' in sys.modules, nbcluster.train.ScalingConfig.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
