@@ -98,6 +98,7 @@ class ControllerCore:
         self.specs: dict[Key, DeploymentSpec] = {}
         self.blobs: dict[str, Any] = {}
         self.handles: dict[str, Any] = {}
+        self.creating: dict[str, asyncio.Future[Any]] = {}  # replica id -> its handle, soon
         self.health: dict[str, float] = {}
         self.stats: dict[Key, DeploymentStats] = {}
         self.windows: dict[Key, MetricWindow] = {}
@@ -237,12 +238,19 @@ class ControllerCore:
         self.lp.remove(f"replicas:{key[0]}#{key[1]}")
 
     async def wait_for_app(self, name: str, timeout_s: float) -> tuple[str, str]:
-        """Wait until ``name`` is RUNNING or DEPLOY_FAILED (or gone); its status and message."""
+        """Wait until ``name`` is RUNNING or DEPLOY_FAILED (or gone); its status and message.
+
+        DEPLOY_FAILED is returned only once no replica of a failed version is left (their
+        actors are ended), so that nothing of the failed deploy runs when ``serve.run``
+        raises.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             status, message = self._app_status(name)
-            if status in ("RUNNING", "DEPLOY_FAILED", "NOT_STARTED"):
+            if status in ("RUNNING", "NOT_STARTED"):
+                return status, message
+            if status == "DEPLOY_FAILED" and self._failed_replicas_gone(name):
                 return status, message
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -270,6 +278,14 @@ class ControllerCore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - loop.time()))
         return self.proxies.urls()
+
+    def _failed_replicas_gone(self, name: str) -> bool:
+        app = self.apps.get(name)
+        for d in app.deployments if app is not None else ():
+            ds = self.deps.get((name, d))
+            if ds is not None and ds.failed and ds.has_target_replicas():
+                return False
+        return True
 
     def _wake(self) -> None:
         self.wake.set()
@@ -324,35 +340,50 @@ class ControllerCore:
                 action.replica_id, "the version changed while starting", time.monotonic()
             )
             return
+        rid = action.replica_id
+        # A stop that comes while the actor is being created waits for its handle here.
+        created: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.creating[rid] = created
         try:
             blob = await self._blob(spec.version, spec.blob)
             opts = dict(spec.config.actor_options())
             actor = nbcluster.remote(Replica).options(
-                name=replica_actor_name(app, name, action.replica_id),
+                name=replica_actor_name(app, name, rid),
                 namespace=SERVE_NAMESPACE,
                 lifetime="detached",
                 scheduling_strategy="SPREAD",
                 **opts,
             )
-            handle = await asyncio.to_thread(
-                actor.remote, app, name, action.replica_id, blob, spec.light()
-            )
+            handle = await asyncio.to_thread(actor.remote, app, name, rid, blob, spec.light())
         except Exception as e:  # noqa: BLE001 - e.g. bad actor options: a start failure
-            ds.on_start_failed(action.replica_id, f"{type(e).__name__}: {e}", time.monotonic())
+            self.creating.pop(rid, None)
+            created.set_result(None)
+            ds.on_start_failed(rid, f"{type(e).__name__}: {e}", time.monotonic())
             self.wake.set()
             return
-        self.handles[action.replica_id] = handle
+        self.creating.pop(rid, None)
+        created.set_result(handle)
+        if not _still_starting(ds, rid):
+            return  # stopped while its actor was created: the stop ends it
+        self.handles[rid] = handle
         try:
             info = await await_ref(handle.ready.remote())
         except Exception as e:  # noqa: BLE001 - the constructor (or reconfigure) raised
-            ds.on_start_failed(action.replica_id, error_text(e), time.monotonic())
-            self.handles.pop(action.replica_id, None)
+            ds.on_start_failed(rid, error_text(e), time.monotonic())
+            self.handles.pop(rid, None)
             await kill(handle)
             self.wake.set()
             return
-        ds.on_started(action.replica_id, time.monotonic(), info.get("pid"), info.get("node_id"))
-        self.health[action.replica_id] = time.monotonic()
-        self._spawn(self._watch_replica(key, action.replica_id, handle))
+        if not _still_starting(ds, rid):
+            # Stopped while its constructor ran (a failed deployment, a scale-down, a
+            # delete): the stop may have missed it; end it here too.
+            self.handles.pop(rid, None)
+            await kill(handle)
+            self.wake.set()
+            return
+        ds.on_started(rid, time.monotonic(), info.get("pid"), info.get("node_id"))
+        self.health[rid] = time.monotonic()
+        self._spawn(self._watch_replica(key, rid, handle))
         self.wake.set()
 
     async def _watch_replica(self, key: Key, replica_id: str, handle: Any) -> None:
@@ -370,6 +401,9 @@ class ControllerCore:
 
     async def _stop_replica(self, key: Key, action: Stop) -> None:
         handle = self.handles.get(action.replica_id)
+        creating = self.creating.get(action.replica_id)
+        if handle is None and creating is not None:
+            handle = await asyncio.shield(creating)  # its actor is being created: end it
         ds = self.deps.get(key)
         if handle is not None:
             if action.graceful and ds is not None:
@@ -685,6 +719,11 @@ class ControllerCore:
         if alive and replica_id in ds.replicas:
             ds.replicas[replica_id].pid = info.get("pid")
             ds.replicas[replica_id].node_id = info.get("node_id")
+
+
+def _still_starting(ds: DeploymentState, replica_id: str) -> bool:
+    record = ds.replicas.get(replica_id)
+    return record is not None and record.state == ReplicaState.STARTING
 
 
 def _new_replica_id() -> str:

@@ -245,6 +245,12 @@ class DeploymentState:
         )
         return self.start_failures >= limit
 
+    def has_target_replicas(self) -> bool:
+        """True while any replica of the target version exists (in any state, stopping
+        included: its actor is not known to be gone yet)."""
+        t = self.target
+        return t is not None and any(r.version == t.version for r in self.replicas.values())
+
     def step(self, now: float, spare: int = 1 << 30) -> list[Action]:
         """Instructions that move the replicas towards the target.
 

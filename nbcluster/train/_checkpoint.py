@@ -4,7 +4,9 @@ A checkpoint is only a path (``ray.train.Checkpoint``): ``from_directory(path)``
 directory the training function wrote; ``report(metrics, checkpoint=...)`` copies it into
 the run's storage (``storage_path/name/checkpoint_NNNNNN``), and the ``Checkpoint`` that
 ``Result.checkpoint`` or ``get_checkpoint()`` returns points there. Metadata (a small
-JSON-serialisable dict) lives beside the files in ``.metadata.json``.
+JSON-serialisable dict) lives beside the files in ``.metadata.json``, which is only ever
+replaced whole (written to a temporary name, fsync-ed, renamed), so a reader never sees a
+partial file.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from typing import Any
+
+from nbcluster.train._fileio import atomic_write_text, dir_lock
 
 __all__ = ["Checkpoint", "METADATA_FILE"]
 
@@ -82,17 +86,16 @@ class Checkpoint:
             text = json.dumps(metadata)
         except (TypeError, ValueError) as err:
             raise TypeError(f"checkpoint metadata must be JSON-serialisable: {err}") from None
-        file = os.path.join(self.path, METADATA_FILE)
-        tmp = f"{file}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, file)
+        atomic_write_text(os.path.join(self.path, METADATA_FILE), text)
 
     def update_metadata(self, metadata: dict[str, Any]) -> None:
-        """Merge ``metadata`` into the existing metadata."""
-        merged = self.get_metadata()
-        merged.update(metadata)
-        self.set_metadata(merged)
+        """Merge ``metadata`` into the existing metadata (safe against other processes
+        merging into the same checkpoint at the same time)."""
+        self._require_dir("Checkpoint.update_metadata()")
+        with dir_lock(self.path):
+            merged = self.get_metadata()
+            merged.update(metadata)
+            self.set_metadata(merged)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Checkpoint) and other.path == self.path

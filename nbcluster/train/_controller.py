@@ -5,7 +5,9 @@ trainer as a trial): it reserves and starts the worker group (``_group.py``), st
 training function on every rank, polls the workers, feeds what they send to the state
 machine and carries out its instructions (stream the report to the display, the
 callbacks and ``on_report``; delete checkpoints; restart; fail; finish), and returns a
-:class:`~nbcluster.train.Result`. It never raises for a failed run: the error is in
+:class:`~nbcluster.train.Result`. What the workers printed comes with their poll replies
+and is printed here, before the events of the same reply, so by the time ``fit()``
+returns every line the loops printed is under the cell (no wait for output to arrive). It never raises for a failed run: the error is in
 ``Result.error`` (``fit()`` raises it).
 
 Interrupting the kernel (``KeyboardInterrupt``) stops the run: every worker is asked to
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -29,7 +32,7 @@ from nbcluster.exceptions import ActorDiedError, NbclusterError, TaskCancelledEr
 from nbcluster.train._callbacks import CallbackRunner, RunInfo
 from nbcluster.train._checkpoint import Checkpoint
 from nbcluster.train._config import RunConfig
-from nbcluster.train._display import RunView, WorkerRow, in_notebook, make_display
+from nbcluster.train._display import RunView, WorkerRow, make_display
 from nbcluster.train._errors import ControllerError, WorkerFailure, WorkerGroupError
 from nbcluster.train._group import WorkerGroup, group_key, put_warm, take_warm
 from nbcluster.train._result import Result
@@ -57,9 +60,6 @@ POLL_S = 0.5
 TICK_S = 0.25
 #: The state file is written at most this often, and whenever a checkpoint is kept.
 SAVE_EVERY_S = 1.0
-#: In a notebook, the workers' last output reaches the cell this long after their last
-#: reply (the kernel's output router batches it): ``fit()`` waits that long before it returns.
-OUTPUT_SETTLE_S = 0.2
 
 _UNSET: Any = object()
 
@@ -262,7 +262,13 @@ class _Controller:
             )
             refs.append(
                 worker.start.remote(
-                    self.trainer.train_loop_per_worker, self.config, ctx, index, ckpt, shard
+                    self.trainer.train_loop_per_worker,
+                    self.config,
+                    ctx,
+                    index,
+                    ckpt,
+                    shard,
+                    self._attempt_token(),
                 )
             )
         self.acks = [0] * len(group.workers)
@@ -275,6 +281,10 @@ class _Controller:
             except NbclusterError as err:  # the worker died as its loop started
                 failures[rank] = self._died(group, rank, err)
         return failures
+
+    def _attempt_token(self) -> str:
+        """Names the current attempt's staging directories (see ``_storage``)."""
+        return f"{self.trial_id}-{self.state.attempt}"
 
     def _died(self, group: WorkerGroup, rank: int, err: BaseException) -> str:
         info = group.infos[rank]
@@ -318,12 +328,13 @@ class _Controller:
                 continue
             del self.pending[rank]
             try:
-                events = nbcluster.get(ref)
+                events, output = nbcluster.get(ref)
             except TaskCancelledError:
                 continue  # an interrupt cancelled the poll; the next one asks again
             except (ActorDiedError, NbclusterError) as err:
                 failures[rank] = self._died(group, rank, err)
                 continue
+            _print_output(output)  # before its events: a rank's last lines precede its end
             for seq, event in events:
                 if seq <= self.acks[rank]:
                     continue
@@ -357,6 +368,9 @@ class _Controller:
 
     def _carry_out(self, instr: Instruction, group: WorkerGroup) -> Instruction | None:
         if isinstance(instr, Reported):
+            if instr.checkpoint is not None:
+                # Every rank has written its files: the checkpoint becomes visible whole.
+                self.rundir.commit_checkpoint(instr.checkpoint.name, self._attempt_token())
             ckpt = (
                 Checkpoint(self.rundir.checkpoint_path(instr.checkpoint.name))
                 if instr.checkpoint
@@ -470,8 +484,6 @@ class _Controller:
             self.callbacks.error()
         else:
             self.callbacks.complete()
-        if in_notebook():
-            time.sleep(OUTPUT_SETTLE_S)
         self.display.close(self.view)
         latest = state.book.latest
         return Result(
@@ -490,6 +502,13 @@ class _Controller:
             num_failures=state.failures,
             metrics_history=[dict(h) for h in state.history],
         )
+
+
+def _print_output(chunks: list[tuple[str, str]]) -> None:
+    """Print what a worker's function printed (its lines carry their ``[rank N]`` prefix):
+    in a notebook, under the cell that runs ``fit()``."""
+    for stream, text in chunks:
+        (sys.stderr if stream == "stderr" else sys.stdout).write(text)
 
 
 def run_trainer(

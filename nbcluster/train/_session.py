@@ -2,36 +2,47 @@
 ``get_context``, ``get_dataset_shard`` (Ray Train's names).
 
 Each worker process runs one training function at a time, in a thread of the worker
-actor (``_worker.py``), with a :class:`Session` set here. ``report`` checks the metrics,
-copies a checkpoint into the run's storage (``storage_path/name/checkpoint_NNNNNN``,
-before it returns, so the loop may delete its temporary directory right after) and hands
-the report to the worker's outbox, which the driver drains. Outside a training function
+actor (``_worker.py``), with a :class:`Session` set for that thread (:func:`use_session`).
+``report`` checks the metrics, copies a checkpoint into the run's storage (a staging
+directory the driver renames to ``storage_path/name/checkpoint_NNNNNN`` when every rank
+has reported; the copy is done before ``report`` returns, so the loop may delete its
+temporary directory right after) and hands the report to the worker's outbox, which the
+driver drains. In a Tune trial (outside a Train worker) ``report`` and
+``get_checkpoint`` go to the trial's session, which Tune's runner sets around each
+trial's function (:func:`trial_session`). Outside a training function
 these raise ``RuntimeError`` saying where they belong.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import os
-import shutil
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
 from nbcluster.train._checkpoint import METADATA_FILE, Checkpoint
+from nbcluster.train._fileio import atomic_copy_tree
 from nbcluster.train._state import checkpoint_dir_name as _default_dir_name
+from nbcluster.train._storage import staging_name
 
 __all__ = [
     "Outbox",
     "Session",
+    "SessionSlot",
     "StopTraining",
     "StorageContext",
     "TrainContext",
     "check_metrics",
+    "current_trial_session",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
     "report",
+    "trial_session",
+    "use_session",
 ]
 
 #: Reports a worker may have in flight before ``report`` waits for the driver.
@@ -180,30 +191,76 @@ class Session:
     next_index: int
     checkpoint: Checkpoint | None
     dataset_shards: Mapping[str, Any]
+    #: Names this attempt's staging directories (see ``_storage``): the driver registers a
+    #: checkpoint by renaming ``.staging-<attempt>-<name>`` to ``<name>``.
+    attempt: str = "0"
 
 
-_session: Session | None = None
-_session_lock = threading.Lock()
-#: The Tune trial this process runs, if any (set by nbcluster.tune's runner): ``report``
-#: and ``get_checkpoint`` called in a Tune trial, outside a training function, go to it.
-_trial_session: Any = None
+_T = TypeVar("_T")
 
 
-def set_trial_session(session: Any) -> None:
-    """Install (or clear) the Tune trial session of this process (``nbcluster.tune`` does)."""
-    global _trial_session
-    _trial_session = session
+class SessionSlot(Generic[_T]):
+    """Which session the calls of a thread go to, set around one execution of a function.
+
+    :meth:`use` sets the session for the calling thread (a ``ContextVar``) for the length
+    of a ``with`` block, and also as the process's current one, so that threads the
+    function starts itself find it too. Leaving the block clears the process's session
+    only if it is still this one: an execution that ends never clears the session of one
+    that began meanwhile, and a thread always sees its own execution's session first.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._var: contextvars.ContextVar[_T | None] = contextvars.ContextVar(name, default=None)
+        self._process: _T | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> _T | None:
+        """The session of the calling thread, else the process's latest, else None."""
+        session = self._var.get()
+        return session if session is not None else self._process
+
+    @contextlib.contextmanager
+    def use(self, session: _T) -> Iterator[_T]:
+        """Route this thread's calls (and, as a fallback, the process's) to ``session``."""
+        token = self._var.set(session)
+        with self._lock:
+            self._process = session
+        try:
+            yield session
+        finally:
+            self._var.reset(token)
+            with self._lock:
+                if self._process is session:
+                    self._process = None
 
 
-def set_session(session: Session | None) -> None:
-    """Install (or clear) the session of this worker process."""
-    global _session
-    with _session_lock:
-        _session = session
+#: The training function's session on a Train worker (set by ``_worker.TrainWorker``).
+_worker_sessions: SessionSlot[Session] = SessionSlot("nbcluster_train_session")
+#: The Tune trial a runner executes (set by ``nbcluster.tune``'s runner through
+#: :func:`trial_session`): ``report`` and ``get_checkpoint`` called in a Tune trial,
+#: outside a Train worker, go to it.
+_trial_sessions: SessionSlot[Any] = SessionSlot("nbcluster_trial_session")
+
+
+def use_session(session: Session) -> contextlib.AbstractContextManager[Session]:
+    """``with use_session(s):`` runs a training function with ``s`` as its session."""
+    return _worker_sessions.use(session)
+
+
+def trial_session(session: Any) -> contextlib.AbstractContextManager[Any]:
+    """``with trial_session(s):`` routes ``report``/``get_checkpoint`` of the calling thread
+    (and of threads it starts) to the Tune trial session ``s`` (an object with
+    ``report(metrics, checkpoint=)`` and ``loaded_checkpoint``) while the block runs."""
+    return _trial_sessions.use(session)
+
+
+def current_trial_session() -> Any:
+    """The trial session in force for the calling thread (see :func:`trial_session`)."""
+    return _trial_sessions.get()
 
 
 def _require(fn: str) -> Session:
-    session = _session
+    session = _worker_sessions.get()
     if session is None:
         raise RuntimeError(
             f"nbcluster.train.{fn}() can only be called inside a training function: "
@@ -267,8 +324,9 @@ def report(
     ranks are merged into one directory) before ``report`` returns; its metrics are
     rank 0's. Metrics must be scalars (numbers, bools, strings).
     """
-    if _session is None and _trial_session is not None:
-        _trial_session.report(metrics, checkpoint=checkpoint)
+    trial = _trial_sessions.get() if _worker_sessions.get() is None else None
+    if trial is not None:
+        trial.report(metrics, checkpoint=checkpoint)
         return
     session = _require("report")
     outbox = session.outbox
@@ -288,12 +346,24 @@ def report(
             raise ValueError(
                 f"report(checkpoint_dir_name=...) must be a directory name, got {name!r}"
             )
-        _persist(checkpoint, os.path.join(session.context.get_trial_dir(), name))
+        trial_dir = session.context.get_trial_dir()
+        _persist(
+            checkpoint,
+            os.path.join(trial_dir, name),
+            os.path.join(trial_dir, staging_name(session.attempt, name)),
+        )
     outbox.put(("report", index, clean, name), wait_for_room=True)
     session.next_index = index + 1
 
 
-def _persist(checkpoint: Checkpoint, dest: str) -> None:
+def _persist(checkpoint: Checkpoint, final: str, staging: str) -> None:
+    """Copy the checkpoint's files into this attempt's ``staging`` directory.
+
+    Every file is written atomically, and metadata from several ranks is merged under a
+    lock, so ranks may persist into the same checkpoint at once. The driver renames the
+    staging directory to ``final`` once every rank has reported. A checkpoint that already
+    is ``final`` (the loop wrote into the run's directory) is left in place.
+    """
     src = checkpoint.path
     if not os.path.isdir(src):
         what = "is not a directory" if os.path.exists(src) else "no longer exists"
@@ -302,25 +372,20 @@ def _persist(checkpoint: Checkpoint, dest: str) -> None:
             "report() returns, e.g. write the files and call report() inside the same "
             "`with tempfile.TemporaryDirectory() as tmpdir:` block"
         )
-    if os.path.abspath(dest) == os.path.abspath(src):
+    if os.path.abspath(final) == os.path.abspath(src):
         return
-    os.makedirs(dest, exist_ok=True)
-    for entry in os.scandir(src):
-        target = os.path.join(dest, entry.name)
-        if entry.is_dir(follow_symlinks=False):
-            shutil.copytree(entry.path, target, dirs_exist_ok=True)
-        elif entry.name == METADATA_FILE and os.path.exists(target):
-            Checkpoint(dest).update_metadata(Checkpoint(src).get_metadata())
-        else:
-            shutil.copy2(entry.path, target)
+    atomic_copy_tree(src, staging, skip=frozenset({METADATA_FILE}))
+    if os.path.exists(os.path.join(src, METADATA_FILE)):
+        Checkpoint(staging).update_metadata(Checkpoint(src).get_metadata())
 
 
 def get_checkpoint() -> Checkpoint | None:
     """The checkpoint to resume from: the run's latest (after a restart, or when a run
     with the same name is started again), else the trainer's ``resume_from_checkpoint``,
     else None."""
-    if _session is None and _trial_session is not None:
-        return _trial_session.loaded_checkpoint  # type: ignore[no-any-return]
+    trial = _trial_sessions.get() if _worker_sessions.get() is None else None
+    if trial is not None:
+        return trial.loaded_checkpoint  # type: ignore[no-any-return]
     return _require("get_checkpoint").checkpoint
 
 

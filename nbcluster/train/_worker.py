@@ -7,13 +7,14 @@ returns every event the driver has not acknowledged yet (see
 :class:`~nbcluster.train._session.Outbox`). The function itself runs in a daemon thread,
 so the actor stays responsive (``stop`` and ``run`` are served while it trains).
 
-What the function prints goes to the driver, under the cell that called ``fit()``, with
-each line prefixed ``[rank N]``: ``sys.stdout``/``sys.stderr`` are wrapped, and text
-written while no ``run`` call is active is held (bounded) and sent with the next one.
+What the function prints goes to the driver with the ``run`` replies and is printed under
+the cell that called ``fit()``, each line prefixed ``[rank N]`` and rate-limited
+(``sys.stdout``/``sys.stderr`` are wrapped; see :class:`_OutputGate`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import io
@@ -21,6 +22,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,68 +31,117 @@ import cloudpickle
 
 import nbcluster
 from nbcluster.train._checkpoint import Checkpoint
-from nbcluster.train._session import Outbox, Session, StopTraining, TrainContext, set_session
+from nbcluster.train._session import Outbox, Session, StopTraining, TrainContext, use_session
 
 __all__ = ["TrainWorker", "WorkerSetup"]
 
-#: Text held while no poll is active, at most (the rest is counted and reported).
+#: Text a rank may hold for the driver, at most (the rest is counted and reported).
 MAX_HELD_CHARS = 256 * 1024
+#: Lines per second a rank sends to the driver; the rest are folded into a count.
+OUTPUT_LINES_PER_S = 100
+
+Chunk = tuple[str, str]  # (stream name, text)
 
 
 class _OutputGate:
-    """Decides where the wrapped streams' text goes: straight to the task's stream while
-    a ``run`` call is active, otherwise into a bounded buffer."""
+    """What the training function prints, held for the driver's next poll.
+
+    The text travels back with the poll's reply (``TrainWorker.run``), and the driver
+    prints it under the cell that called ``fit()`` in the same step that handles the
+    poll's events: when ``fit()`` has handled a rank's last event, it has printed all of
+    that rank's output too (no wait for output to arrive). At most
+    :data:`OUTPUT_LINES_PER_S` lines a second go to the driver and at most
+    :data:`MAX_HELD_CHARS` wait for it; the rest are counted and reported as folded.
+    Every line is also written to the worker's own log (its original stream).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.active = False
         self.rank = 0
-        self.held: list[tuple[Any, str]] = []
+        self.held: list[Chunk] = []
         self.held_chars = 0
         self.dropped = 0
-        self.last_target: Any = None
+        self.dropped_partial = False
+        self.window_start = time.monotonic()
+        self.window_lines = 0
+        self.last_stream = "stdout"
+        self.at_line_start = True
 
-    def write(self, target: Any, text: str) -> None:
+    def write(self, stream: str, text: str, log: Any = None) -> None:
+        """Hold ``text`` (prefixed lines) for the driver, within the rate limit."""
+        if log is not None:
+            with contextlib.suppress(Exception):
+                log.write(text)  # the worker's log keeps everything
+        lines = text.count("\n")
         with self.lock:
-            self.last_target = target
-            if self.active:
-                target.write(text)
+            now = time.monotonic()
+            if now - self.window_start >= 1.0:
+                self.window_start, self.window_lines = now, 0
+            over_rate = self.window_lines >= OUTPUT_LINES_PER_S
+            if over_rate or self.held_chars + len(text) > MAX_HELD_CHARS:
+                self.dropped += lines  # (a print's text and its newline come apart)
+                self.dropped_partial = self.dropped_partial or not lines
                 return
-            if self.held_chars + len(text) > MAX_HELD_CHARS:
-                self.dropped += text.count("\n") or 1
-                return
-            self.held.append((target, text))
+            self.window_lines += lines
+            self.held.append((stream, text))
             self.held_chars += len(text)
+            self.last_stream = stream
+            self.at_line_start = text.endswith("\n")
 
-    def open(self) -> None:
-        """A poll starts: send what was held, then write through."""
+    def take(self) -> list[Chunk]:
+        """Everything held (oldest first), with a note of what was folded."""
         with self.lock:
-            self._flush_locked()
-            self.active = True
+            held, self.held, self.held_chars = self.held, [], 0
+            dropped = self.dropped or int(self.dropped_partial)
+            if dropped:
+                start = "" if self.at_line_start else "\n"
+                held.append(
+                    (
+                        self.last_stream,
+                        f"{start}[rank {self.rank}] [... {dropped} more lines folded by the "
+                        "output rate limit ...]\n",
+                    )
+                )
+                self.dropped, self.dropped_partial = 0, False
+                self.at_line_start = True
+        return held
 
-    def close(self) -> None:
-        """A poll ends: hold text until the next one."""
-        with self.lock:
-            self._flush_locked()
-            self.active = False
 
-    def _flush_locked(self) -> None:
-        held, self.held, self.held_chars = self.held, [], 0
-        for target, text in held:
-            target.write(text)
-        if self.dropped and self.last_target is not None:
-            self.last_target.write(
-                f"[rank {self.rank}] [... {self.dropped} more lines dropped while the driver "
-                "was not reading ...]\n"
-            )
-        self.dropped = 0
+class _FdLog:
+    """Writes to a file descriptor (the worker's log file) with ``os.write``: no Python
+    stream object, so no buffer lock that a fork may have left held."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8", "replace")
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def flush(self) -> None:
+        """Nothing to flush: every write went to the descriptor."""
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def _log_of(stream: Any) -> _FdLog | None:
+    try:
+        return _FdLog(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 class _RankStream(io.TextIOBase):
     """A text stream that prefixes each line with ``[rank N]`` and goes through the gate."""
 
-    def __init__(self, target: Any, gate: _OutputGate) -> None:
-        self.target = target
+    def __init__(self, name: str, original: Any, gate: _OutputGate) -> None:
+        self.name_ = name
+        # Keep the stream this one replaces alive: dropping the last reference to it could
+        # close the descriptor it writes to (fd 1 or 2), which the log below writes to.
+        self.original = original
+        self.log = _log_of(original)
         self.gate = gate
         self._line_start = True
 
@@ -105,13 +156,14 @@ class _RankStream(io.TextIOBase):
         for part in parts:
             out.append(prefix + part if self._line_start else part)
             self._line_start = part.endswith("\n")
-        self.gate.write(self.target, "".join(out))
+        self.gate.write(self.name_, "".join(out), self.log)
         return len(text)
 
     def flush(self) -> None:
-        flush = getattr(self.target, "flush", None)
+        flush = getattr(self.log, "flush", None)
         if flush is not None:
-            flush()
+            with contextlib.suppress(Exception):
+                flush()
 
     def isatty(self) -> bool:
         return False
@@ -124,7 +176,9 @@ class _RankStream(io.TextIOBase):
         return "utf-8"
 
     def fileno(self) -> int:
-        return self.target.fileno()  # type: ignore[no-any-return]
+        if self.log is None:
+            raise io.UnsupportedOperation("fileno")
+        return self.log.fileno()  # type: ignore[no-any-return]
 
 
 class WorkerSetup:
@@ -183,8 +237,12 @@ class TrainWorker:
         self._preloader.start()
         self._gate = _OutputGate()
         if not isinstance(sys.stdout, _RankStream):
-            sys.stdout = _RankStream(sys.stdout, self._gate)
-            sys.stderr = _RankStream(sys.stderr, self._gate)
+            # The training function's output goes to the driver with the poll replies
+            # (see _OutputGate), and to the worker's log file (the descriptor under the
+            # task-output stream), not through the task-output path, so that it reaches
+            # the cell in order with the run's events.
+            sys.stdout = _RankStream("stdout", sys.stdout, self._gate)
+            sys.stderr = _RankStream("stderr", sys.stderr, self._gate)
         self._outbox: Outbox | None = None
         self._thread: threading.Thread | None = None
         self._backend: Any = None
@@ -241,10 +299,18 @@ class TrainWorker:
         next_index: int,
         checkpoint_path: str | None,
         dataset_shards: Mapping[str, Any],
+        attempt: str = "0",
     ) -> None:
-        """Start the training function in a thread and return at once."""
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("this worker is still running a training function")
+        """Start the training function in a thread and return at once.
+
+        ``attempt`` names the run's attempt (its checkpoints are staged under it)."""
+        previous = self._thread
+        if previous is not None and previous.is_alive():
+            # The previous function has sent its last event (the driver saw the run end)
+            # and only its thread's clean-up is left: wait for that, briefly.
+            previous.join(timeout=10.0)
+            if previous.is_alive():
+                raise RuntimeError("this worker is still running a training function")
         outbox = Outbox()
         self._outbox = outbox
         self._gate.rank = context.world_rank
@@ -254,11 +320,15 @@ class TrainWorker:
             next_index=next_index,
             checkpoint=Checkpoint(checkpoint_path) if checkpoint_path else None,
             dataset_shards=dict(dataset_shards),
+            attempt=attempt,
         )
         rank = context.world_rank
 
         def main() -> None:
-            set_session(session)
+            with use_session(session):
+                run_loop()
+
+        def run_loop() -> None:
             try:
                 value = fn(config if config is not None else {}) if _takes_config(fn) else fn()
                 if rank != 0:
@@ -285,7 +355,6 @@ class TrainWorker:
                     payload = None
                 outbox.put(("error", text, payload))
             finally:
-                set_session(None)
                 for stream in (sys.stdout, sys.stderr):
                     if isinstance(stream, _RankStream):
                         stream._line_start = True
@@ -293,16 +362,17 @@ class TrainWorker:
         self._thread = threading.Thread(target=main, name=f"train-rank-{rank}", daemon=True)
         self._thread.start()
 
-    def run(self, ack: int, timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
-        """Wait up to ``timeout`` s for events after ``ack``; return them (oldest first)."""
+    def run(
+        self, ack: int, timeout: float
+    ) -> tuple[list[tuple[int, tuple[Any, ...]]], list[tuple[str, str]]]:
+        """Wait up to ``timeout`` s for events after ``ack``; return them (oldest first)
+        and the output printed since the last call (``(stream, text)`` chunks), which
+        includes everything printed before the last of those events."""
         outbox = self._outbox
         if outbox is None:
             raise RuntimeError("no training function was started on this worker")
-        self._gate.open()
-        try:
-            return outbox.take(ack, timeout)
-        finally:
-            self._gate.close()
+        events = outbox.take(ack, timeout)
+        return events, self._gate.take()
 
     def stop(self) -> bool:
         """Ask the training function to stop at its next report; True if it still runs."""

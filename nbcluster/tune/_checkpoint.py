@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nbcluster.train import Checkpoint
+from nbcluster.train._fileio import atomic_copy_tree, atomic_write_text, fsync_dir
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -46,8 +47,7 @@ def checkpoint_index(name: str) -> int:
 def write_metrics(checkpoint_dir: str, metrics: dict[str, Any]) -> None:
     """Store the result a checkpoint was reported with inside it (read back on restore)."""
     clean = {k: v for k, v in metrics.items() if k != "config"}
-    with open(os.path.join(checkpoint_dir, METRICS_FILE), "w") as f:
-        json.dump(clean, f, default=repr)
+    atomic_write_text(os.path.join(checkpoint_dir, METRICS_FILE), json.dumps(clean, default=repr))
 
 
 def read_metrics(checkpoint_dir: str) -> dict[str, Any] | None:
@@ -75,10 +75,11 @@ def persist_checkpoint(
             write_metrics(str(dest), metrics)
         return Checkpoint(str(dest))
     tmp = Path(trial_dir) / f".tmp_{dest.name}_{uuid.uuid4().hex[:8]}"
-    shutil.copytree(source.path, tmp)
+    atomic_copy_tree(source.path, str(tmp))  # every file fsync-ed before the rename
     if metrics is not None:
         write_metrics(str(tmp), metrics)
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(tmp, dest)
+    fsync_dir(trial_dir)
     return Checkpoint(str(dest))

@@ -1,20 +1,23 @@
 """The trial side of Tune: the session a trial reports to, and ``get_context``.
 
-A trial runs in a thread of a runner actor with a :class:`TrialSession` installed for that
-thread (and, since a runner hosts one trial at a time, for the whole process, so threads
-the trial starts itself can report too). ``tune.report`` and ``tune.get_checkpoint`` are
-Train's functions (``nbcluster.train.report``, as in Ray): outside a training function
-they go to the Tune trial session installed here, so training code written for Train
-reports to Tune when it runs inside a trial.
+A trial runs in a thread of a runner actor, inside ``with use_session(session):``, which
+sets its :class:`TrialSession` for that thread (and as the process's, so threads the
+trial starts itself can report too; see ``nbcluster.train.trainer.trial_session``). The
+session belongs to that one execution: a runner that ends one trial and starts the next
+never clears or replaces the session under a trial that is still running.
+``tune.report`` and ``tune.get_checkpoint`` are Train's functions
+(``nbcluster.train.report``, as in Ray): outside a training function they go to the
+trial's session, so training code written for Train reports to Tune when it runs inside
+a trial.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from typing import Any
 
 from nbcluster.train import Checkpoint
-from nbcluster.train import _session as _train_session
+from nbcluster.train.trainer import current_trial_session, trial_session
 
 __all__ = [
     "TrialSession",
@@ -22,12 +25,8 @@ __all__ = [
     "TuneContext",
     "current_session",
     "get_context",
-    "set_session",
+    "use_session",
 ]
-
-_local = threading.local()
-_process_session: TrialSession | None = None
-_lock = threading.Lock()
 
 
 class TrialStopped(BaseException):
@@ -67,19 +66,15 @@ class TrialSession:
         raise NotImplementedError
 
 
-def set_session(session: TrialSession | None) -> None:
-    """Install ``session`` for the calling thread (and as the process's trial)."""
-    global _process_session
-    _local.session = session
-    with _lock:
-        _process_session = session
-    _train_session.set_trial_session(session)
+def use_session(session: TrialSession) -> contextlib.AbstractContextManager[TrialSession]:
+    """``with use_session(s):`` runs one execution of a trial with ``s`` as its session."""
+    return trial_session(session)  # type: ignore[no-any-return]
 
 
 def current_session() -> TrialSession | None:
     """The trial session of this thread, else of this process, else None."""
-    session = getattr(_local, "session", None)
-    return session if session is not None else _process_session
+    session = current_trial_session()
+    return session if isinstance(session, TrialSession) else None
 
 
 class TuneContext:

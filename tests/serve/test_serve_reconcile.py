@@ -125,6 +125,25 @@ def test_constructor_failures_end_in_deploy_failed_with_nothing_left() -> None:
     assert ds.replicas == {}
 
 
+def test_a_failed_deploy_stops_the_replicas_still_starting_before_it_is_settled() -> None:
+    # Two replicas: the failures of one reach the limit while the other is still starting.
+    ds, _ = make(2, max_constructor_retry_count=3)
+    actions = ds.step(0.0)
+    slow, failing = (a.replica_id for a in starts(actions))
+    ds.on_start_failed(failing, "ValueError: boom", 0.0)
+    for now in (10.0, 20.0):
+        (again,) = starts(ds.step(now))
+        ds.on_start_failed(again.replica_id, "ValueError: boom", now)
+    assert ds.failed and ds.status()[0] == DeploymentStatus.DEPLOY_FAILED
+    assert ds.has_target_replicas()  # `slow` is still starting: not settled yet
+    assert [(s.replica_id, s.graceful) for s in stops(ds.step(30.0))] == [(slow, False)]
+    assert ds.has_target_replicas()  # stopping: its actor is not known to be gone yet
+    ds.on_started(slow, 30.5)  # its constructor returned meanwhile: it stays stopping
+    assert ds.replicas[slow].state == ReplicaState.STOPPING and ds.routable() == []
+    ds.on_stopped(slow)
+    assert not ds.has_target_replicas() and ds.replicas == {}
+
+
 def test_failures_retry_with_backoff() -> None:
     ds, _ = make(1)
     actions = ds.step(0.0)

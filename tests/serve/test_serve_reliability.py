@@ -22,13 +22,14 @@ import nbcluster
 from nbcluster import serve
 from nbcluster.exceptions import ActorDiedError
 from nbcluster.serve._loadgen import LoadResult, run_load
+from nbcluster.util.state import list_actors
 
 pytestmark = pytest.mark.integration
 NO_CPU = {"num_cpus": 0}
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -63,6 +64,25 @@ class Background:
         self._thread.join(60)
         return self.result
 
+    def wait_for_more(self, n: int = 40) -> None:
+        """Wait until ``n`` more requests were answered: the load runs at this point."""
+        target = self.result.answered + n
+        wait_for(lambda: self.result.answered >= target, what=f"{n} more answered requests")
+
+
+def started(marks: Any, n: int) -> None:
+    """Wait until ``n`` calls have written their line to ``marks`` (they are in flight)."""
+    wait_for(
+        lambda: marks.exists() and len(marks.read_text().splitlines()) >= n,
+        what=f"{n} calls in flight",
+    )
+
+
+def _mark(path: str) -> None:
+    """A call's first line: one line in ``path`` (the test waits for them)."""
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
 
 def test_constructor_error_fails_run_with_the_traceback_and_leaves_nothing(
     serve_cluster: Any,
@@ -77,12 +97,16 @@ def test_constructor_error_fails_run_with_the_traceback_and_leaves_nothing(
     text = str(info.value)
     assert text.startswith("Deploying application broken failed")
     assert "Traceback" in text and "ValueError: cannot read the weights file" in text
+    # When run raises, nothing of the failed deployment is left: no replica in the status
+    # (the second replica may still have been starting when the first one failed), and no
+    # replica actor alive.
     st = serve.status().applications["broken"]
     assert st.status == "DEPLOY_FAILED"
     assert st.deployments["Broken"].status == "DEPLOY_FAILED"
     assert st.deployments["Broken"].replicas == ()
-    with pytest.raises(ValueError):
-        nbcluster.get_actor("SERVE_REPLICA::broken#Broken#x", namespace="serve")
+    replicas = [a for a in list_actors() if a.name.startswith("SERVE_REPLICA::broken#Broken#")]
+    assert len(replicas) >= 3  # each start attempt was an actor (the check sees real names)
+    assert [(a.name, a.state) for a in replicas if a.state != "DEAD"] == []
     # A fixed version deploys over the failed one.
 
     @serve.deployment(ray_actor_options=NO_CPU, name="Broken")
@@ -96,46 +120,76 @@ def test_constructor_error_fails_run_with_the_traceback_and_leaves_nothing(
     )
 
 
-def test_crashed_replica_is_replaced_and_only_its_requests_fail(
-    serve_cluster: Any, serve_url: str
+def test_a_failed_deploy_ends_the_replica_still_starting_before_run_raises(
+    serve_cluster: Any, tmp_path: Any
 ) -> None:
+    # Of two replicas, the first one's constructor is slow; every other one raises at
+    # once. The deployment fails while the slow one is still starting: serve.run must
+    # not raise before that replica is ended too.
+    slow_flag = str(tmp_path / "slow")
+
+    @serve.deployment(ray_actor_options=NO_CPU, num_replicas=2)
+    class HalfSlow:
+        def __init__(self) -> None:
+            try:
+                os.close(os.open(slow_flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                raise ValueError("bad weights") from None
+            time.sleep(60)  # the slow one: still starting when the deployment fails
+
+    with pytest.raises(RuntimeError, match=r"^Deploying application halfslow failed"):
+        serve.run(HalfSlow.bind(), name="halfslow", route_prefix=None, _display=False)
+    st = serve.status().applications["halfslow"]
+    assert st.status == "DEPLOY_FAILED" and st.deployments["HalfSlow"].replicas == ()
+    replicas = [a for a in list_actors() if a.name.startswith("SERVE_REPLICA::halfslow#")]
+    assert os.path.exists(slow_flag) and len(replicas) >= 3
+    assert [(a.name, a.state) for a in replicas if a.state != "DEAD"] == []
+
+
+def test_crashed_replica_is_replaced_and_only_its_requests_fail(
+    serve_cluster: Any, serve_url: str, tmp_path: Any
+) -> None:
+    marks = tmp_path / "marks"
+
     @serve.deployment(ray_actor_options=NO_CPU, num_replicas=2, max_ongoing_requests=50)
     class Worker:
         async def __call__(self, request: Any) -> int:
             delay = float(request.query_params.get("sleep", 0))
             if delay:
+                _mark(str(marks))
                 await asyncio.sleep(delay)
             return os.getpid()
 
         async def hold(self, s: float) -> int:
+            _mark(str(marks))
             await asyncio.sleep(s)
             return os.getpid()
 
     handle = serve.run(Worker.bind(), name="crash", route_prefix="/crash", _display=False)
     victim, survivor = replica_pids("crash", "Worker")
-    slow = [handle.hold.remote(4) for _ in range(8)]  # spread over both replicas
-    time.sleep(0.3)
+    slow = [handle.hold.remote(10) for _ in range(8)]  # spread over both replicas
     slow_http: list[httpx.Response] = []
 
     def slow_get() -> None:
-        with httpx.Client(timeout=60) as c:
-            slow_http.append(c.get(f"{serve_url}/crash?sleep=4"))
+        with httpx.Client(timeout=120) as c:
+            slow_http.append(c.get(f"{serve_url}/crash?sleep=10"))
 
     http_threads = [threading.Thread(target=slow_get) for _ in range(4)]
     for t in http_threads:
         t.start()
     load = Background(f"{serve_url}/crash")
-    time.sleep(0.3)
+    started(marks, 12)  # every slow call is in flight on a replica
+    load.wait_for_more()
     os.kill(victim, signal.SIGKILL)
     died = 0
     for r in slow:
         try:
-            r.result(timeout_s=20)
+            r.result(timeout_s=120)
         except ActorDiedError:
             died += 1
     assert 1 <= died <= 7  # the ones on the killed replica, and only those
     for t in http_threads:
-        t.join(timeout=60)
+        t.join(timeout=120)
     # Replaced: two running replicas again, the survivor untouched.
     pids = wait_for(
         lambda: (p := replica_pids("crash", "Worker")) and len(p) == 2 and victim not in p and p,
@@ -227,12 +281,12 @@ def test_rolling_redeploy_and_scale_down_under_load_fail_nothing(
     serve.run(make("v1", 2).bind(), name="roll", route_prefix="/roll", _display=False)
     old = replica_pids("roll", "Model")
     load = Background(f"{serve_url}/roll", concurrency=8)
-    time.sleep(0.3)
+    load.wait_for_more()  # the load runs before, during and after each change
     serve.run(make("v2", 2).bind(), name="roll", route_prefix="/roll", _display=False)
     assert not set(replica_pids("roll", "Model")) & set(old)
-    time.sleep(0.3)
+    load.wait_for_more()
     serve.run(make("v2", 1).bind(), name="roll", route_prefix="/roll", _display=False)
-    time.sleep(0.3)
+    load.wait_for_more()
     result = load.stop()
     assert result.errors == 0 and set(result.statuses) == {200}, result.statuses
     with httpx.Client(timeout=30) as c:
@@ -256,27 +310,35 @@ def test_redeploy_without_room_for_both_versions_fails_nothing(
 
     serve.run(make("v1").bind(), name="tight", route_prefix="/tight", _display=False)
     load = Background(f"{serve_url}/tight", concurrency=4)
-    time.sleep(0.3)
+    load.wait_for_more()  # the load runs before, during and after the redeploy
     serve.run(make("v2").bind(), name="tight", route_prefix="/tight", _display=False)
-    time.sleep(0.3)
+    load.wait_for_more()
     result = load.stop()
     assert result.errors == 0 and set(result.statuses) == {200}, result.statuses
     with httpx.Client(timeout=30) as c:
         assert {c.get(f"{serve_url}/tight").text for _ in range(10)} == {"v2"}
 
 
-def test_scale_down_drains_in_flight_requests(serve_cluster: Any) -> None:
+def test_scale_down_drains_in_flight_requests(serve_cluster: Any, tmp_path: Any) -> None:
+    marks = tmp_path / "marks"
+
     @serve.deployment(ray_actor_options=NO_CPU, num_replicas=3, name="Slow")
     class Slow:
-        async def __call__(self, s: float) -> str:
+        async def __call__(self, s: float) -> tuple[str, int]:
+            _mark(str(marks))
             await asyncio.sleep(s)
-            return "done"
+            return "done", os.getpid()
 
     handle = serve.run(Slow.bind(), name="drain", route_prefix=None, _display=False)
-    pending = [handle.remote(1.0) for _ in range(9)]
-    time.sleep(0.2)
+    pids = set(replica_pids("drain", "Slow"))
+    pending = [handle.remote(2.0) for _ in range(9)]
+    started(marks, 9)  # all in flight on the replicas when the scale-down comes
     serve.run(Slow.options(num_replicas=1).bind(), name="drain", route_prefix=None, _display=False)
-    assert [r.result(timeout_s=30) for r in pending] == ["done"] * 9
+    results = [r.result(timeout_s=60) for r in pending]
+    assert [r[0] for r in results] == ["done"] * 9
+    kept = wait_for(lambda: (p := replica_pids("drain", "Slow")) and len(p) == 1 and p)
+    removed = pids - set(kept)
+    assert {pid for _, pid in results} & removed  # removed replicas finished their requests
 
 
 def test_autoscaling_follows_load(serve_cluster: Any) -> None:
@@ -302,14 +364,14 @@ def test_autoscaling_follows_load(serve_cluster: Any) -> None:
     def replicas_now() -> int:
         return serve.status().applications["auto"].deployments["Busy"].target_replicas
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while replicas_now() < 3 and time.monotonic() < deadline:
         responses = [handle.remote() for _ in range(12)]
         for r in responses:
             r.result(timeout_s=30)
     assert replicas_now() == 3
     wait_for(lambda: len(replica_pids("auto", "Busy")) == 3, what="3 replicas running")
-    wait_for(lambda: replicas_now() == 1, timeout=30, what="scale back to 1")
+    wait_for(lambda: replicas_now() == 1, what="scale back to 1")
     wait_for(lambda: len(replica_pids("auto", "Busy")) == 1, what="1 replica running")
     assert serve.status().applications["auto"].deployments["Busy"].status_trigger in (
         "DOWNSCALE_COMPLETED",

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -52,6 +53,33 @@ def test_importing_train_loads_neither_torch_nor_widgets():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_process_that_only_reports_loads_no_driver_module():
+    # A Tune runner (or a worker) uses report / Checkpoint / the trial-session hook: none
+    # of the driver's controller, worker group, display or torch modules.
+    code = (
+        "import sys, nbcluster.train, nbcluster.train.trainer\n"
+        "nbcluster.train.report, nbcluster.train.Checkpoint, nbcluster.train.trainer.trial_session\n"
+        "heavy = ['nbcluster.train._controller', 'nbcluster.train._group', "
+        "'nbcluster.train._display', 'nbcluster.train._worker', 'nbcluster.train._trainer', "
+        "'nbcluster.train.torch', 'torch']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert train.__all__ == sorted(train._EXPORTS)
+
+
+def test_libraries_run_a_trainer_through_a_documented_entry_point():
+    from nbcluster.train import _controller, trainer
+
+    assert trainer.run_trainer is _controller.run_trainer
+    assert trainer.TrainingReport is _controller.TrainingReport
+    for name in trainer.__all__:
+        assert getattr(trainer, name).__doc__, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        trainer.nope  # noqa: B018
 
 
 def test_nbcluster_train_is_a_lazy_attribute():
@@ -218,18 +246,37 @@ def test_outbox_keeps_events_until_acknowledged_and_stops():
     assert box.stop.is_set()
 
 
-def test_worker_output_is_prefixed_by_rank_and_held_between_polls():
+def test_worker_output_is_prefixed_by_rank_and_held_for_the_next_poll():
     gate = _OutputGate()
     gate.rank = 1
-    sink = io.StringIO()
-    stream = _RankStream(sink, gate)
-    stream.write("held line\npart")
-    assert sink.getvalue() == ""
-    gate.open()
-    assert sink.getvalue() == "[rank 1] held line\n[rank 1] part"
-    stream.write("ial\nnext\n")
-    gate.close()
-    assert sink.getvalue() == "[rank 1] held line\n[rank 1] partial\n[rank 1] next\n"
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by the garbage collector
+    out = _RankStream("stdout", log, gate)
+    err = _RankStream("stderr", log, gate)
+    out.write("held line\npart")
+    err.write("oops\n")
+    assert gate.take() == [
+        ("stdout", "[rank 1] held line\n[rank 1] part"),
+        ("stderr", "[rank 1] oops\n"),
+    ]
+    out.write("ial\nnext\n")
+    assert gate.take() == [("stdout", "ial\n[rank 1] next\n")]
+    assert gate.take() == []
+    log.seek(0)  # the worker's log has everything, in order
+    assert log.read() == "[rank 1] held line\n[rank 1] part[rank 1] oops\nial\n[rank 1] next\n"
+
+
+def test_worker_output_beyond_the_rate_limit_is_folded_into_a_count(monkeypatch):
+    from nbcluster.train import _worker
+
+    monkeypatch.setattr(_worker, "OUTPUT_LINES_PER_S", 5)
+    gate = _OutputGate()
+    stream = _RankStream("stdout", None, gate)
+    for i in range(50):
+        print(f"line {i}", file=stream)
+    text = "".join(t for _, t in gate.take())
+    assert text.startswith("[rank 0] line 0\n") and "[rank 0] line 5\n" not in text
+    assert text.endswith("[rank 0] [... 45 more lines folded by the output rate limit ...]\n")
+    assert gate.take() == []
 
 
 # -- ranks and feasibility --------------------------------------------------------------------

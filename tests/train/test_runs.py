@@ -4,6 +4,7 @@ uses."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -27,7 +28,8 @@ from nbcluster.train import (
     ScalingConfig,
     _controller,
 )
-from nbcluster.train._controller import TrainingReport, run_trainer
+from nbcluster.train.trainer import TrainingReport, run_trainer
+from nbcluster.util.state import list_placement_groups
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = [pytest.mark.integration]
@@ -46,7 +48,7 @@ def raising_loop(config):
         f.write(f"{os.getpid()}\n")
     if train.get_context().get_world_rank() == 1:
         raise ValueError("bad batch on rank 1")
-    time.sleep(60)  # rank 0 would wait for rank 1 in a collective
+    time.sleep(600)  # rank 0 would wait for rank 1 in a collective
 
 
 def test_a_loop_that_raises_names_the_rank_and_ends_every_worker(train_cluster, tmp_path):
@@ -59,7 +61,7 @@ def test_a_loop_that_raises_names_the_rank_and_ends_every_worker(train_cluster, 
             scaling_config=ScalingConfig(num_workers=2),
             run_config=_run_config(tmp_path),
         ).fit()
-    assert time.monotonic() - start < 30  # rank 0 did not keep it waiting
+    assert time.monotonic() - start < 120  # rank 0 (asleep for 600 s) did not keep it waiting
     err = info.value
     assert isinstance(err, train.WorkerGroupError) and list(err.worker_failures) == [1]
     assert isinstance(err.worker_failures[1], ValueError)
@@ -69,7 +71,7 @@ def test_a_loop_that_raises_names_the_rank_and_ends_every_worker(train_cluster, 
     assert 'in raising_loop\n    raise ValueError("bad batch on rank 1")' in text
     assert text.rstrip().endswith("ValueError: bad batch on rank 1")
     for pid in map(int, pids.read_text().split()):
-        poll_for(lambda pid=pid: not psutil.pid_exists(pid), timeout=10)
+        poll_for(lambda pid=pid: not psutil.pid_exists(pid), timeout=60)
     # (the fixture checks that every resource came back and tasks still run)
 
 
@@ -90,7 +92,7 @@ def test_more_workers_than_the_cluster_can_hold_is_an_error_at_once(train_cluste
             scaling_config=ScalingConfig(num_workers=2, placement_strategy="STRICT_SPREAD"),
             run_config=_run_config(tmp_path),
         ).fit()
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30  # an error, not a wait for resources
     assert os.listdir(tmp_path) == []  # nothing was started or written
 
 
@@ -167,7 +169,7 @@ def test_a_checkpoint_without_its_score_is_a_controller_error(train_cluster, tmp
 
 def sleepy_loop(config):
     train.report({"started": 1})
-    time.sleep(60)  # never reaches another report
+    time.sleep(600)  # never reaches another report
 
 
 class _InterruptAt:
@@ -190,7 +192,7 @@ def test_workers_that_do_not_stop_are_ended_after_the_grace_period(
         scaling_config=ScalingConfig(num_workers=2),
         run_config=_run_config(tmp_path, callbacks=[_InterruptAt(1)]),
     ).fit()
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 120  # the loops (asleep for 600 s) were ended
     assert result.interrupted and result.metrics["started"] == 1
     del pids
     # The killed group is not kept warm: the next run starts new workers, and works.
@@ -291,7 +293,7 @@ def test_get_dataset_shard_names_the_missing_dataset(train_cluster, tmp_path):
         DataParallelTrainer(loop, run_config=_run_config(tmp_path)).fit()
 
 
-def test_a_busy_cluster_makes_the_run_wait_and_say_so(train_cluster, tmp_path, capsys):
+def test_a_busy_cluster_makes_the_run_wait_and_say_so(train_cluster, tmp_path, capsys, monkeypatch):
     @nbcluster.remote(num_cpus=3)
     def hold(path: str) -> None:
         while not os.path.exists(path):
@@ -299,8 +301,10 @@ def test_a_busy_cluster_makes_the_run_wait_and_say_so(train_cluster, tmp_path, c
 
     release = tmp_path / "release"
     ref = hold.remote(str(release))
-    poll_for(lambda: nbcluster.available_resources().get("CPU", 0) <= 1.0, timeout=10)
-    threading.Timer(3.0, release.touch).start()
+    poll_for(lambda: nbcluster.available_resources().get("CPU", 0) <= 1.0, timeout=60)
+    said = "waiting for resources: the run needs 2 CPU, available now: 1 CPU"
+    # Free the CPUs once the run has said it waits (not after a fixed time).
+    monkeypatch.setattr(sys, "stdout", _Tee(sys.stdout, said, release.touch))
     result = DataParallelTrainer(
         lambda: train.report({"ok": 1}),
         scaling_config=ScalingConfig(num_workers=2),
@@ -308,10 +312,27 @@ def test_a_busy_cluster_makes_the_run_wait_and_say_so(train_cluster, tmp_path, c
     ).fit()
     nbcluster.get(ref)
     assert result.metrics["ok"] == 1
-    assert (
-        "waiting for resources: the run needs 2 CPU, available now: 1 CPU"
-        in capsys.readouterr().out
-    )
+    assert said in capsys.readouterr().out
+
+
+class _Tee(io.TextIOBase):
+    """Writes through to ``inner`` and calls ``action()`` when ``text`` goes by."""
+
+    def __init__(self, inner, text, action):
+        self.inner, self.text, self.action = inner, text, action
+
+    def write(self, s):
+        self.inner.write(s)
+        if self.text in s:
+            self.action()
+        return len(s)
+
+    def flush(self):
+        self.inner.flush()
+
+
+def _pending_placement_groups():
+    return [g for g in list_placement_groups() if g.state == "PENDING"]
 
 
 def context_loop(config):
@@ -354,8 +375,7 @@ def test_a_flood_of_worker_output_is_folded(train_cluster, tmp_path, capfd):
         flooding_loop, scaling_config=ScalingConfig(num_workers=2), run_config=_run_config(tmp_path)
     ).fit()
     assert result.metrics["done"] == 1
-    time.sleep(0.5)
-    out = capfd.readouterr().out
+    out = capfd.readouterr().out  # printed before fit() returned: no wait for it
     assert "[rank 0] line 0\n" in out and "[rank 1] line 0\n" in out
     printed = out.count("] line ")
     assert printed < 40000, printed  # not every line reached the driver
@@ -370,9 +390,15 @@ def test_an_interrupt_while_waiting_for_resources_gives_them_back(train_cluster,
 
     release = tmp_path / "release"
     ref = hold.remote(str(release))
-    poll_for(lambda: nbcluster.available_resources().get("CPU", 0) <= 1.0, timeout=10)
+    poll_for(lambda: nbcluster.available_resources().get("CPU", 0) <= 1.0, timeout=60)
     main = threading.main_thread().ident
-    threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+
+    def interrupt_once_waiting() -> None:
+        # The run is waiting once its placement group is pending: interrupt it then.
+        poll_for(_pending_placement_groups, timeout=120)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_waiting).start()
     result = DataParallelTrainer(
         lambda: train.report({"ok": 1}),
         scaling_config=ScalingConfig(num_workers=2),

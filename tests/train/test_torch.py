@@ -206,13 +206,13 @@ def test_fashion_mnist_style_program(train_cluster, tmp_path, capfd):
 def test_second_fit_reuses_the_warm_group_and_frees_the_cpus(train_cluster, tmp_path, capfd):
     first = _trainer(tmp_path, epochs=1, check=True).fit()
     # While the group is idle its CPUs are back: a task that needs all 4 runs.
-    poll_for(lambda: nbcluster.available_resources().get("CPU") == 4.0, timeout=10)
+    poll_for(lambda: nbcluster.available_resources().get("CPU") == 4.0, timeout=60)
 
     @nbcluster.remote(num_cpus=4)
     def everything() -> int:
         return 4
 
-    assert nbcluster.get(everything.remote(), timeout=30) == 4
+    assert nbcluster.get(everything.remote(), timeout=60) == 4
     capfd.readouterr()
     seen = []
     start = time.monotonic()
@@ -245,11 +245,11 @@ def test_worker_output_is_prefixed_by_rank(train_cluster, tmp_path, capfd):
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=str(tmp_path), verbose=0),
     ).fit()
-    time.sleep(0.3)  # output travels separately from the replies
-    out = capfd.readouterr().out
+    out = capfd.readouterr().out  # printed by the time fit() returns: no wait for it
     for rank in (0, 1):
-        for i in range(2):
-            assert f"[rank {rank}] hello {i} from rank {rank}" in out, out
+        lines = [f"[rank {rank}] hello {i} from rank {rank}\n" for i in range(2)]
+        assert [out.count(line) for line in lines] == [1, 1], out  # once each
+        assert out.index(lines[0]) < out.index(lines[1])
     assert "[train]" not in out  # verbose=0: no display
 
 
@@ -346,12 +346,10 @@ def test_interrupt_stops_keeps_checkpoints_and_resume_carries_on(train_cluster, 
             **kw,
         )
 
-    start = time.monotonic()
     result = trainer(run={"callbacks": [_InterruptAt(3)]}).fit()
-    assert time.monotonic() - start < 30  # stopped, not run to the end (8 x 0.15 s) or hung
     assert result.interrupted and result.error is None
     done = result.metrics["epoch"]
-    assert 2 <= done < 7
+    assert 2 <= done < 7  # stopped at a report soon after the interrupt, not run to the end
     assert os.path.isdir(result.checkpoint.path)
     assert result.checkpoint.get_metadata() == {"epoch": done}
     assert "interrupted=True" in repr(result)
@@ -414,7 +412,7 @@ def test_a_worker_killed_mid_epoch_resumes_from_the_checkpoint(train_cluster, tm
     assert list(df["training_iteration"]) == [1, 2, 3, 4]
     assert df["pid"].iloc[1] != df["pid"].iloc[2]  # a new group after the failure
     old = int(df["pid"].iloc[1])
-    poll_for(lambda: not psutil.pid_exists(old), timeout=10)
+    poll_for(lambda: not psutil.pid_exists(old), timeout=60)
 
 
 def test_a_second_death_beyond_max_failures_fails(train_cluster, tmp_path):

@@ -341,6 +341,37 @@ def test_prefetch_queues_one_trial_per_busy_runner() -> None:
     assert other.runner_id not in (None, dead)  # placed again, on a new runner
 
 
+def test_a_runner_whose_trial_ended_is_busy_with_its_queued_trial() -> None:
+    # The runner reports the end of its trial in one batch and the start of the queued one
+    # in the next: in between, the controller must not take the runner for an idle one
+    # (a start sent then would run a second trial beside the queued one).
+    ctrl = make(num_samples=8, prefetch=True, total_resources={"CPU": 1.0})
+    ctrl.on_start(now=0)
+    out = take(ctrl)
+    first, queued = ctrl.get_trials()[:2]
+    runner = first.runner_id
+    assert [m[1] for _, m in sent(out, "start")] == [first.trial_id, queued.trial_id]
+    assert queued.runner_id == runner and queued.status == Trial.PENDING
+
+    ctrl.on_runner_events(runner, [("done", first.trial_id, first.run_seq)])
+    out = take(ctrl)
+    assert first.status == Trial.TERMINATED
+    starts = sent(out, "start")
+    assert len(starts) == 1, starts  # only the next trial, queued behind `queued`
+    third = ctrl.get_trial(starts[0][1][1])
+    assert third is not None and third.status == Trial.PENDING
+    assert ctrl.runners[runner].trial_id == queued.trial_id
+    assert ctrl.runners[runner].queued == third.trial_id
+    assert not ctrl.is_finished()
+
+    ctrl.on_runner_events(runner, [("started", queued.trial_id, queued.run_seq, {})])
+    take(ctrl)
+    assert queued.status == Trial.RUNNING and third.status == Trial.PENDING
+    # A stop of the started trial goes to its runner; its end starts the queued one.
+    ctrl.on_runner_events(runner, [("done", queued.trial_id, queued.run_seq)])
+    assert ctrl.runners[runner].trial_id == third.trial_id
+
+
 def test_a_failure_during_an_interrupt_stays_resumable() -> None:
     ctrl = make(num_samples=1, max_failures=2)
     ctrl.on_start(now=0)

@@ -209,8 +209,9 @@ def _slow_checkpointing(config: dict[str, Any]) -> None:
     with open(config["pid_file"], "a") as f:
         f.write(f"{os.getpid()}\n")
     for step in range(start, 12):
-        time.sleep(0.1)
         tune.report({"step": step, "resumed_from": start}, checkpoint=_save(step))
+        if start == 0 and step == 2:
+            time.sleep(600)  # the first run waits here for the test to kill its process
 
 
 def test_killed_trial_worker_restarts_from_its_last_checkpoint(
@@ -228,15 +229,25 @@ def test_killed_trial_worker_restarts_from_its_last_checkpoint(
 
     t = threading.Thread(target=run)
     t.start()
+    # Kill it once the controller has taken the result that came with checkpoint 2 (the
+    # trial then waits for the kill).
     trial_dir = poll_for(
-        lambda: next((d for d in (tmp_path / "exp").glob("*/checkpoint_000002")), None), timeout=30
+        lambda: next(
+            (
+                c.parent
+                for c in (tmp_path / "exp").glob("*/checkpoint_000002")
+                if _lines(c.parent / "result.json") >= 3
+            ),
+            None,
+        ),
+        timeout=120,
     )
     pid = int((tmp_path / "pids").read_text().split()[0])
     kill_process(pid)
-    t.join(timeout=60)
+    t.join(timeout=240)
     (r,) = result["grid"]
     assert trial_dir is not None and r.metrics["step"] == 11 and r.error is None
-    assert r.metrics["resumed_from"] >= 2  # from its last checkpoint, not from scratch
+    assert r.metrics["resumed_from"] == 3  # from its last checkpoint, not from scratch
     assert len((tmp_path / "pids").read_text().split()) == 2
 
 
@@ -317,19 +328,39 @@ def test_fit_again_continues_and_takes_more_samples(shared_cluster: Any, tmp_pat
     assert [r.metrics["training_iteration"] for r in second] == [3, 3, 3, 3]
 
 
+def _gated(config: dict[str, Any]) -> None:
+    """``_slow``, but a first run waits after step 2 until the test lets it go on."""
+    state = _load()
+    start = state["step"] + 1 if state else 0
+    for step in range(start, config["steps"]):
+        time.sleep(config["sleep"])
+        tune.report({"step": step, "resumed_from": start}, checkpoint=_save(step))
+        if start == 0 and step == 2:
+            poll_for(lambda: os.path.exists(config["go"]), timeout=120)
+
+
 def test_interrupt_stops_gracefully_and_fit_again_resumes(
     shared_cluster: Any, tmp_path: Any
 ) -> None:
+    go = tmp_path / "go"
     tuner = tune.Tuner(
-        _slow,
-        param_space={"steps": 30, "sleep": 0.05, "i": tune.grid_search([0, 1, 2])},
+        _gated,
+        param_space={
+            "steps": 30,
+            "sleep": 0.05,
+            "go": str(go),
+            "i": tune.grid_search([0, 1, 2]),
+        },
         run_config=rc(tmp_path),
     )
     exp = tmp_path / "exp"
 
     def interrupt_when_checkpointed() -> None:
-        poll_for(lambda: any(exp.glob("*/checkpoint_000002")), timeout=30)
+        # The trials wait after step 2 until the interrupt was sent: they cannot finish
+        # before it, however slow the machine.
+        poll_for(lambda: any(exp.glob("*/checkpoint_000002")), timeout=120)
         os.kill(os.getpid(), signal.SIGINT)
+        go.touch()
 
     threading.Thread(target=interrupt_when_checkpointed, daemon=True).start()
     grid = tuner.fit()  # the SIGINT lands in this (main) thread: a graceful stop, no exception
@@ -341,7 +372,7 @@ def test_interrupt_stops_gracefully_and_fit_again_resumes(
     }  # type: ignore[union-attr]
     assert "PAUSED" in statuses.values()
     # Continue: on the same Tuner, and equally from disk with Tuner.restore.
-    restored = tune.Tuner.restore(str(exp), _slow)
+    restored = tune.Tuner.restore(str(exp), _gated)
     grid = restored.fit()
     assert grid.num_terminated == 3
     assert all(r.metrics["step"] == 29 for r in grid)
@@ -423,14 +454,17 @@ def test_restore_after_the_driver_was_killed(shared_cluster: Any, tmp_path: Any)
     )
     exp = tmp_path / "exp"
     try:
+        # Kill it once both trials have checkpoint 4 and their first 5 results on disk.
         poll_for(
             lambda: (
                 len(list(exp.glob("*/checkpoint_000004"))) == 2
                 and (exp / "experiment_state.pkl").exists()
+                and all(
+                    _lines(c.parent / "result.json") >= 5 for c in exp.glob("*/checkpoint_000004")
+                )
             ),
-            timeout=60,
+            timeout=120,
         )
-        time.sleep(0.3)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started
         proc.wait(timeout=30)
@@ -443,6 +477,13 @@ def test_restore_after_the_driver_was_killed(shared_cluster: Any, tmp_path: Any)
         assert r.metrics["resumed_from"] >= 5
         steps = [row["step"] for row in r.metrics_dataframe.to_dict("records")]
         assert steps[-1] == 39 and steps[0] == 0
+
+
+def _lines(path: Any) -> int:
+    try:
+        return len(path.read_text().splitlines())
+    except FileNotFoundError:
+        return 0
 
 
 def _torch_loop(config: dict[str, Any]) -> None:
@@ -529,11 +570,11 @@ def test_time_budget_and_function_stopper(shared_cluster: Any, tmp_path: Any) ->
     start = time.monotonic()
     grid = tune.Tuner(
         _slow,
-        param_space={"steps": 1000, "sleep": 0.05},
+        param_space={"steps": 100_000, "sleep": 0.05},  # 80 min, unless the budget stops it
         tune_config=tune.TuneConfig(num_samples=2, time_budget_s=1.0),
         run_config=rc(tmp_path, "budget"),
     ).fit()
-    assert time.monotonic() - start < 8
+    assert time.monotonic() - start < 120
     assert "time budget" in grid.stop_reason and grid.num_terminated == 2
     grid = tune.Tuner(
         _slow,

@@ -223,7 +223,8 @@ class TuneController:
         if not self.settings.reuse_actors:
             return None
         for r in self.runners.values():
-            if r.state == "alive" and r.trial_id is None and r.resources == resources:
+            free = r.trial_id is None and r.queued is None
+            if r.state == "alive" and free and r.resources == resources:
                 return r
         return None
 
@@ -670,9 +671,10 @@ class TuneController:
     def _on_started(self, trial: Trial) -> None:
         """A queued (prefetched) trial began on its runner: it is RUNNING now."""
         rec = self.runners.get(trial.runner_id or "")
-        if rec is None or rec.queued != trial.trial_id:
+        if rec is None or trial.trial_id not in (rec.queued, rec.trial_id):
             return
-        rec.queued = None
+        if rec.queued == trial.trial_id:
+            rec.queued = None
         rec.trial_id = trial.trial_id
         if trial.status == Trial.PENDING:
             trial.set_status(Trial.RUNNING)
@@ -691,6 +693,11 @@ class TuneController:
             rec.queued = None  # dropped from the queue before it started
             return
         rec.trial_id = None
+        if rec.queued is not None:
+            # The runner starts its queued trial the moment this one ends, on its own: it
+            # is busy with that one now (RUNNING once its "started" event arrives).
+            rec.trial_id, rec.queued = rec.queued, None
+            return
         if not self.settings.reuse_actors or rec.state == "retiring":
             self._end_runner(rec)
 

@@ -24,6 +24,7 @@ second per trial, the rest folded into a count.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import os
@@ -36,7 +37,7 @@ from typing import Any
 
 from nbcluster.exceptions import TaskError
 from nbcluster.tune._checkpoint import Checkpoint, checkpoint_index, persist_checkpoint
-from nbcluster.tune._session import TrialSession, TrialStopped, set_session
+from nbcluster.tune._session import TrialSession, TrialStopped, use_session
 from nbcluster.tune.trainable.trainable import Trainable
 
 __all__ = ["OUTPUT_LINES_PER_S", "TrialRunner", "TrialStopped"]
@@ -45,6 +46,8 @@ OUTPUT_LINES_PER_S = 20
 _OUTPUT_FLUSH_S = 0.2
 _LINGER_S = 0.002
 _HOSTNAME = socket.gethostname()
+#: Frames of these files are left out of a trial's traceback.
+_OWN_FILES = frozenset({__file__, contextlib.__file__})
 
 
 def _node_ip() -> str:
@@ -338,19 +341,31 @@ class TrialRunner:
 
     def _start(self, trial_id: str, run_seq: int, spec: dict[str, Any]) -> None:
         with self._cond:
-            if self._session is not None:
+            if self._session is not None or self._queue:
                 self._queue.append((trial_id, run_seq, spec))  # starts when the current ends
                 return
-        self._start_now(trial_id, run_seq, spec)
+            session = self._claim(trial_id, run_seq, spec)
+        self._launch(session)
 
-    def _start_now(self, trial_id: str, run_seq: int, spec: dict[str, Any]) -> None:
+    def _claim(self, trial_id: str, run_seq: int, spec: dict[str, Any]) -> _RunnerSession:
+        """Make the trial the runner's current one (the caller holds ``_cond``).
+
+        The runner is never without a current trial between taking a queued trial and
+        starting it, so a ``start`` that arrives meanwhile queues behind it: one trial at
+        a time, always.
+        """
         session = _RunnerSession(self, trial_id, run_seq, spec)
-        early = [m for m in self._early if m[1] == trial_id and m[2] == run_seq]
-        self._early = [m for m in self._early if m[1] != trial_id]
-        if spec.get("trial_dir"):
-            os.makedirs(spec["trial_dir"], exist_ok=True)
+        self._session = session
+        return session
+
+    def _launch(self, session: _RunnerSession) -> None:
+        """Start the claimed trial's thread (outside ``_cond``)."""
+        trial_id, run_seq = session.trial_id, session.run_seq
         with self._cond:
-            self._session = session
+            early = [m for m in self._early if m[1] == trial_id and m[2] == run_seq]
+            self._early = [m for m in self._early if m[1] != trial_id]
+        if session.trial_dir:
+            os.makedirs(session.trial_dir, exist_ok=True)
         self._emit(("started", trial_id, run_seq, {"pid": self.pid, "hostname": _HOSTNAME}))
         if early:
             self._apply(early)
@@ -361,29 +376,29 @@ class TrialRunner:
         thread.start()
 
     def _run(self, session: _RunnerSession, target: Any) -> None:
-        set_session(session)
         try:
-            target(session)
+            with use_session(session):
+                target(session)
             final = ("done", session.trial_id, session.run_seq)
         except TrialStopped:
             final = ("stopped", session.trial_id, session.run_seq)
         except BaseException as e:  # noqa: BLE001 - any failure of user code is the trial's error
             tb = e.__traceback__
-            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FILES:
                 tb = tb.tb_next  # the runner's own frames say nothing about the user's error
             err = TaskError.from_exception(e.with_traceback(tb), session.trial_name)
             final = ("error", session.trial_id, session.run_seq, err.traceback_str, err)
-        finally:
-            set_session(None)
+        following = None
         with self._cond:
             self._flush_output_locked(final=True)
             self._events.append(final)
             if self._session is session:
                 self._session = None
-            following = self._queue.pop(0) if self._queue else None
+                if self._queue:
+                    following = self._claim(*self._queue.pop(0))
             self._cond.notify_all()
         if following is not None:
-            self._start_now(*following)
+            self._launch(following)
 
     def _run_function(self, session: _RunnerSession) -> None:
         returned = self.trainable(session.config)

@@ -32,6 +32,7 @@ from typing import Any
 
 import cloudpickle
 
+from nbcluster.train._fileio import atomic_write_bytes, atomic_write_text
 from nbcluster.tune._checkpoint import CHECKPOINT_PREFIX, checkpoint_index, read_metrics
 from nbcluster.tune.experiment.trial import CheckpointRecord, Trial
 
@@ -110,8 +111,8 @@ class ExperimentStorage:
 
         def job() -> None:
             os.makedirs(path, exist_ok=True)
-            with open(os.path.join(path, "params.json"), "w") as f:
-                json.dump(config, f, cls=_JSONEncoder, indent=2, sort_keys=True)
+            text = json.dumps(config, cls=_JSONEncoder, indent=2, sort_keys=True)
+            atomic_write_text(os.path.join(path, "params.json"), text, durable=False)
 
         self._submit(job)
 
@@ -202,10 +203,7 @@ class ExperimentStorage:
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data)  # a restore never reads a half-written state file
 
 
 def _read_results(trial_dir: str) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from nbcluster.train import DataParallelTrainer, ScalingConfig, release_warm_groups
-from nbcluster.train._controller import TrainingReport, run_trainer
+from nbcluster.train.trainer import TrainingReport, run_trainer
 from nbcluster.tune._session import TrialStopped, current_session
 
 __all__ = ["TrainerTrainable", "as_trainable", "trainer_resources"]
