@@ -22,6 +22,8 @@ from pathlib import Path
 
 from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
+from nbcluster._runtime.netaddr import route_address, split_host_port
+from nbcluster.cluster import exposure_warning, proc_is_loopback
 from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
 
@@ -56,7 +58,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             num_gpus=args.num_gpus,
             resources=resources,
             object_store_memory=args.object_store_memory,
-            host=args.host,
+            host=args.host or "127.0.0.1",
             port=args.port,
             detached=not args.block,
         ).start()
@@ -94,6 +96,20 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         )
         return 2
     session_dir = (session.resolve() if session else None) or proc.new_session_dir(_temp_dir())
+    host = args.host
+    if not host:  # listen on (and advertise) the address through which we reach the head
+        try:
+            host = route_address(split_host_port(args.address)[0])
+        except (OSError, ValueError) as err:
+            print(
+                f"nbcluster start: cannot tell which address of this host reaches {args.address} "
+                f"({err}); pass --host ADDRESS",
+                file=sys.stderr,
+            )
+            return 2
+    exposed = exposure_warning(host)
+    if exposed:
+        print(f"nbcluster start: warning: {exposed}", file=sys.stderr)
     cmd = [
         sys.executable,
         "-m",
@@ -105,7 +121,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         "--head-address",
         args.address,
         "--host",
-        args.host,
+        host,
     ]
     if args.node_name:
         cmd += ["--node-name", args.node_name]
@@ -117,7 +133,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         cmd += ["--resources", json.dumps(resources)]
     if args.object_store_memory:
         cmd += ["--object-store-memory", str(args.object_store_memory)]
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if not proc_is_loopback(host):
         cmd.append("--allow-external")
     nodes_dir = Path(session_dir) / "nodes"
     before = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
@@ -142,6 +158,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         print("nbcluster start: the node did not register within 60 s", file=sys.stderr)
         p.kill()
         return 1
+    _warn_if_unreachable(args.address, token_file, now - before)
     pids_file = Path(session_dir) / "pids.json"
     pids = json.loads(pids_file.read_text()) if pids_file.exists() else {"head": 0, "nodes": []}
     pids["nodes"].append(p.pid)
@@ -159,6 +176,20 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
 
         _block(stop)
     return 0
+
+
+def _warn_if_unreachable(head_address: str, token_file: str, new_files: set[Path]) -> None:
+    """Say once if the head cannot reach the node that just joined (it gets no work then)."""
+    from nbcluster._runtime.head import reachability
+
+    for f in new_files:
+        try:
+            node_id = bytes.fromhex(json.loads(f.read_text())["node_id"])
+        except (OSError, ValueError, KeyError):
+            continue
+        message = reachability.ask(head_address, proc.read_token(token_file), node_id)
+        if message:
+            print(f"nbcluster start: warning: {message}", file=sys.stderr)
 
 
 def _block(stop: object) -> None:
@@ -254,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         "--head", action="store_true", help="start a new cluster (head + a node on this host)"
     )
     p.add_argument("--address", default="", help="HOST:PORT of a head to join as a node")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on: default 127.0.0.1 for --head; with --address, the address "
+        "of this host on the route to the head (what other hosts reach it through)",
+    )
     p.add_argument("--port", type=int, default=0, help="head port (default: any free port)")
     p.add_argument("--node-name", default="", help="name of this node (default: hostname)")
     p.add_argument("--token-file", default="", help="token file of the cluster to join")

@@ -14,12 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from nbcluster._runtime import proc
 
-__all__ = ["LocalCluster", "find_session"]
+__all__ = ["LocalCluster", "exposure_warning", "find_session"]
 
 
 class LocalCluster:
@@ -99,6 +100,9 @@ class LocalCluster:
         from nbcluster.config import Config
 
         config = Config.from_env({**os.environ, **self.env})
+        exposed = exposure_warning(self.host)
+        if exposed:  # on the terminal (or under the cell), not only in a log
+            warnings.warn(exposed, stacklevel=2)
         self.session_dir = proc.new_session_dir(self.temp_dir or config.temp_dir)
         proc.create_token_file(
             self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None
@@ -391,6 +395,17 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         return f"LocalCluster(address={self.address!r}, nodes={self.num_nodes})"
+
+
+def exposure_warning(host: str, tls: bool = False) -> str | None:
+    """The warning for a listener beyond loopback without TLS (None when there is none)."""
+    if proc_is_loopback(host) or tls:
+        return None
+    return (
+        f"listening on {host}, beyond this machine, without TLS: the cluster token and all "
+        "data (pickled functions and objects) cross the network in clear text, and anyone who "
+        "sees the token can run code as you. Use it only on a network you trust."
+    )
 
 
 def proc_is_loopback(host: str) -> bool:

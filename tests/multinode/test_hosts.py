@@ -44,8 +44,9 @@ def _wait_line(hosts: Hosts, p: subprocess.Popen[str], needle: str, timeout: flo
     )
 
 
-def _start_cluster(hosts: Hosts, tmp: Path) -> str:
-    head_addr = f"{hosts.addr(0)}:{PORT}"
+def _start_head(hosts: Hosts, tmp: Path) -> tuple[str, str]:
+    """``nbcluster start --head --host ADDRESS`` on host 0, as the README shows; returns the
+    head's address and the token file it printed."""
     head = hosts.spawn(
         0,
         [
@@ -64,28 +65,47 @@ def _start_cluster(hosts: Hosts, tmp: Path) -> str:
         ],
         hosts.env(0, tmp),
     )
-    _wait_line(hosts, head, "nbcluster head started at")
+    out = _wait_line(hosts, head, "join a node:")
+    token_file = out.split("token file:", 1)[1].split()[0]
+    return f"{hosts.addr(0)}:{PORT}", token_file
+
+
+def _join(
+    hosts: Hosts, i: int, tmp: Path, head_addr: str, token_file: str, *extra: str
+) -> subprocess.Popen[str]:
+    """``nbcluster start --address HOST:PORT --token-file PATH`` on host ``i``, as the README
+    shows: no --host (the node finds the address through which it reaches the head) and no
+    token in the environment."""
+    env = hosts.env(i, tmp)
+    del env["NBCLUSTER_TOKEN"]
+    node = hosts.spawn(
+        i,
+        [
+            python(),
+            "-m",
+            "nbcluster.cli",
+            "start",
+            "--address",
+            head_addr,
+            "--token-file",
+            token_file,
+            "--node-name",
+            f"host{i}",
+            "--num-cpus",
+            "1",
+            *extra,
+            "--block",
+        ],
+        env,
+    )
+    _wait_line(hosts, node, "nbcluster node joined")
+    return node
+
+
+def _start_cluster(hosts: Hosts, tmp: Path) -> str:
+    head_addr, token_file = _start_head(hosts, tmp)
     for i in (1, 2):
-        node = hosts.spawn(
-            i,
-            [
-                python(),
-                "-m",
-                "nbcluster.cli",
-                "start",
-                "--address",
-                head_addr,
-                "--node-name",
-                f"host{i}",
-                "--host",
-                hosts.addr(i),
-                "--num-cpus",
-                "1",
-                "--block",
-            ],
-            hosts.env(i, tmp),
-        )
-        _wait_line(hosts, node, "nbcluster node joined")
+        _join(hosts, i, tmp, head_addr, token_file)
     return head_addr
 
 
@@ -113,6 +133,7 @@ spread = sorted(set(nbcluster.get([where.options(scheduling_strategy="SPREAD").r
 arr = nbcluster.get(make.options(scheduling_strategy=NA(by_name["host2"])).remote(4_000_000))
 actor = Where.options(scheduling_strategy=NA(by_name["host2"]), num_cpus=0).remote()
 print(json.dumps({
+    "addresses": {n["NodeName"]: n["NodeManagerAddress"] for n in nodes},
     "names": sorted(by_name),
     "cpus": nbcluster.cluster_resources().get("CPU"),
     "spread": spread,
@@ -132,6 +153,9 @@ def test_three_hosts_run_tasks_actors_and_move_objects(hosts: Hosts, tmp_path: P
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(out["names"]) == 3 and {"host1", "host2"} <= set(out["names"])
+    # Joined without --host, each node advertises the address the other hosts reach it at.
+    assert out["addresses"]["host1"] == hosts.addr(1)
+    assert out["addresses"]["host2"] == hosts.addr(2)
     assert out["cpus"] == 3.0  # resources add up across hosts
     assert out["spread"] == out["ids"]  # SPREAD used every host
     assert out["driver_node"] == out["host1"]  # the driver found its own host's node
@@ -306,3 +330,42 @@ def test_a_working_dir_reaches_the_other_hosts(hosts: Hosts, tmp_path: Path) -> 
     status, logs = out["job"]
     assert status == "SUCCEEDED", logs
     assert f"JOB made on host1 {tmp_path / 'host0' / 'runtime_resources' / 'packages'}" in logs
+
+
+UNREACHABLE_DRIVER = r"""
+import json, sys, nbcluster
+nbcluster.init(address=sys.argv[1])
+
+@nbcluster.remote
+def where():
+    return nbcluster.get_runtime_context().get_node_id()
+
+nodes = nbcluster.nodes()
+ran = set(nbcluster.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(8)]))
+print(json.dumps({"ran": sorted(ran), "ids": {n["NodeName"]: n["NodeID"] for n in nodes}}))
+nbcluster.shutdown()
+"""
+
+
+def test_a_node_the_head_cannot_reach_is_reported_once_and_gets_no_work(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    head_addr, token_file = _start_head(hosts, tmp_path)
+    _join(hosts, 1, tmp_path, head_addr, token_file)
+    # The mistake from the issue: a node on another host that advertises loopback.
+    bad = _join(hosts, 2, tmp_path, head_addr, token_file, "--host", "127.0.0.1")
+    said = "".join(hosts.output[bad.pid])
+    assert "warning: node host2 advertised 127.0.0.1:" in said, said
+    assert "--host" in said and head_addr in said  # the flag that fixes it
+    r = hosts.run(
+        1, [python(), "-c", UNREACHABLE_DRIVER, head_addr], hosts.env(1, tmp_path), timeout=120
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ids"]["host2"] not in out["ran"]  # no task was leased there (SPREAD)
+    assert len(out["ran"]) == 2  # the reachable nodes share the work
+    assert "127.0.0.1" not in r.stderr  # and no driver tried (and logged) leases to it
+    head_logs = list((tmp_path / "host0").glob("session_*/logs/head.log"))
+    assert head_logs
+    text = head_logs[0].read_text()
+    assert text.count("advertised 127.0.0.1:") == 1  # reported once, though probed again

@@ -21,6 +21,7 @@ import grpc
 from nbcluster._runtime import proc
 from nbcluster._runtime.head.actor_service import ActorManager
 from nbcluster._runtime.head.placement import PlacementGroupManager
+from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 
@@ -233,6 +234,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.actors = ActorManager(state, self.channels, clock, persist=store.put_actor)
         self.placement = PlacementGroupManager(state, self.channels, persist=store.put_pg)
         self.dead_nodes = store.load_dead_nodes()
+        self.reachability = NodeReachability(state, token)
         # jobs (issue 17): links a driver to the submitted job whose entrypoint it runs in
         self.driver_registered: Callable[[bytes, int, str], None] | None = None
 
@@ -264,6 +266,7 @@ class HeadService(pb_grpc.HeadServicer):
         )
         self.state.register_node(record)
         self.store.put_node(record)
+        await self.reachability.check(record)  # no work for a node nobody can reach
         log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
         return pb.RegisterNodeReply(session_name=self.session_name)
 

@@ -39,6 +39,10 @@ class NodeRecord:
     # shows it is still there (a heartbeat or a new registration). Unconfirmed nodes get no
     # new work; one that stays silent for the death timeout is declared dead.
     confirmed: bool = True
+    # False while the head cannot reach the address the node advertised (probed at
+    # registration, then again until it answers): such a node gets no work.
+    reachable: bool = True
+    unreachable_reason: str = ""
 
 
 @dataclasses.dataclass
@@ -153,9 +157,21 @@ class HeadState:
                 died.append(NodeDied(node.node_id, node.death_reason))
         return died
 
+    def set_reachable(self, node_id: bytes, reachable: bool, reason: str = "") -> bool:
+        """Record the result of probing a node's advertised address; True when it changed."""
+        node = self.nodes.get(node_id)
+        if node is None or node.reachable == reachable:
+            if node is not None:
+                node.unreachable_reason = reason
+            return False
+        node.reachable = reachable
+        node.unreachable_reason = reason
+        return True
+
     def live_nodes(self) -> list[NodeRecord]:
-        """Live nodes that may take work, oldest first (unconfirmed restored ones excluded)."""
-        return [n for n in self.nodes.values() if n.alive and n.confirmed]
+        """Live nodes that may take work, oldest first: restored ones not yet confirmed and
+        ones the head cannot reach are left out."""
+        return [n for n in self.nodes.values() if n.alive and n.confirmed and n.reachable]
 
     # -- jobs --------------------------------------------------------------------------
     def register_job(self, job: JobRecord) -> None:
