@@ -156,6 +156,10 @@ def test_three_hosts_run_tasks_actors_and_move_objects(hosts: Hosts, tmp_path: P
     # Joined without --host, each node advertises the address the other hosts reach it at.
     assert out["addresses"]["host1"] == hosts.addr(1)
     assert out["addresses"]["host2"] == hosts.addr(2)
+    # Listening beyond loopback without TLS is said on the terminal, not only in a log.
+    for i, proc in enumerate(hosts.procs[:3]):
+        said = "".join(hosts.output[proc.pid])
+        assert f"listening on {hosts.addr(i)}, beyond this machine, without TLS" in said, said
     assert out["cpus"] == 3.0  # resources add up across hosts
     assert out["spread"] == out["ids"]  # SPREAD used every host
     assert out["driver_node"] == out["host1"]  # the driver found its own host's node
