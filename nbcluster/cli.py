@@ -23,7 +23,7 @@ from pathlib import Path
 from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
 from nbcluster._runtime.netaddr import route_address, split_host_port
-from nbcluster.cluster import exposure_warning, proc_is_loopback
+from nbcluster.cluster import exposure_warning, own_sessions, proc_is_loopback, signallable
 from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
 
@@ -235,19 +235,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    base = Path(_temp_dir())
     stopped = 0
-    for session in sorted(base.glob("session_*")):
+    for session in own_sessions(_temp_dir()):  # never another user's (or a writable) session
         pids_file = session / "pids.json"
-        if not pids_file.exists():
+        try:
+            pids = json.loads(pids_file.read_text())
+        except (OSError, ValueError):
             continue
-        pids = json.loads(pids_file.read_text())
         if (session / "autoscaler").is_dir():  # its autoscaler and the nodes it launched
             from nbcluster.autoscaler.cli import stop_autoscaled
 
             stopped += stop_autoscaled(session)
         for pid in [*pids.get("nodes", []), pids.get("head", 0)]:
-            if pid and proc.pid_alive(pid) and _is_ours(pid, session):
+            if pid and signallable(pid) and _is_ours(pid, session):
                 os.kill(pid, signal.SIGTERM)
                 stopped += 1
         pids_file.unlink()

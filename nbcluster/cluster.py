@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -20,7 +21,14 @@ from typing import Any
 
 from nbcluster._runtime import proc
 
-__all__ = ["LocalCluster", "exposure_warning", "find_session"]
+__all__ = [
+    "LocalCluster",
+    "exposure_warning",
+    "find_session",
+    "own_sessions",
+    "signallable",
+    "trusted_session",
+]
 
 
 class LocalCluster:
@@ -415,31 +423,73 @@ def proc_is_loopback(host: str) -> bool:
     return is_loopback(host)
 
 
+def trusted_session(path: Path) -> bool:
+    """Whether a session directory may be used: a real directory (not a symlink) that this
+    user owns and that nobody else can write.
+
+    In a root shared by several users (``/tmp/nbcluster``) anyone can create a
+    ``session_*`` directory; one that another user made (or could change) could point this
+    user's driver, ``nbcluster stop`` or ``%cluster connect`` at a head of their choosing,
+    or at PIDs to signal.
+    """
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.geteuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def signallable(pid: int) -> bool:
+    """True when ``pid`` exists and this user may signal it.
+
+    A PID this user cannot signal is not the head of one of its sessions (that PID was
+    reused by another user's process), so it does not count as alive.
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:  # ProcessLookupError, or PermissionError: someone else's process
+        return False
+    return True
+
+
+def own_sessions(temp_dir: str) -> list[Path]:
+    """This user's trusted session directories under ``temp_dir``, newest first."""
+    base = Path(temp_dir)
+    try:
+        found = [p for p in base.glob("session_*") if trusted_session(p)]
+    except OSError:
+        return []
+
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(found, key=mtime, reverse=True)
+
+
 def find_session(address: str | None, temp_dir: str) -> Path | None:
     """The session directory of a cluster on this host.
 
     ``address`` None or ``"auto"``: the newest session whose head is alive; otherwise the
-    session whose head listens on ``address``.
+    session whose head listens on ``address``. Only this user's trusted session
+    directories count (:func:`trusted_session`), and only a head PID this user can signal.
     """
-    base = Path(temp_dir)
-    if not base.exists():
-        return None
-    sessions = sorted(
-        (
-            p
-            for p in base.glob("session_*")
-            if not p.is_symlink() and (p / proc.HEAD_ADDRESS_FILE).exists()
-        ),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    for s in sessions:
+    for s in own_sessions(temp_dir):
         try:
             head_pid = int((s / "head.pid").read_text())
-        except (FileNotFoundError, ValueError):
+            head_address = (s / proc.HEAD_ADDRESS_FILE).read_text().strip()
+        except (OSError, ValueError):
             continue
-        if not proc.pid_alive(head_pid):
+        if not signallable(head_pid):
             continue
-        if address in (None, "auto") or (s / proc.HEAD_ADDRESS_FILE).read_text().strip() == address:
+        if address in (None, "auto") or head_address == address:
             return s
     return None
