@@ -23,6 +23,7 @@ from pathlib import Path
 from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
 from nbcluster._runtime.netaddr import route_address, split_host_port
+from nbcluster._runtime.protocol.tls import TlsSettings
 from nbcluster.cluster import exposure_warning, own_sessions, proc_is_loopback, signallable
 from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
@@ -50,6 +51,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         print("nbcluster start: give exactly one of --head or --address HOST:PORT", file=sys.stderr)
         return 2
     resources = json.loads(args.resources) if args.resources else None
+    tls_env = _tls_env(args)
+    if tls_env is None:
+        return 2
+    os.environ.update(tls_env)  # this process talks to the cluster too
     if args.head:
         from nbcluster.cluster import LocalCluster
 
@@ -61,7 +66,16 @@ def cmd_start(args: argparse.Namespace) -> int:
             host=args.host or "127.0.0.1",
             port=args.port,
             detached=not args.block,
+            env=tls_env,
+            tls=args.tls,
         ).start()
+        tls_flags = ""
+        if cluster.tls_env:
+            os.environ.update(cluster.tls_env)
+            ca, cert, key = (
+                cluster.tls_env[f"NBCLUSTER_TLS_{k}"] for k in ("CA_CERT", "CERT", "KEY")
+            )
+            tls_flags = f" --tls-ca {ca} --tls-cert {cert} --tls-key {key}"
         print(f"nbcluster head started at {cluster.address}")
         print(
             f"  token file:  {cluster.token_file}   (keep it secret: it lets anyone run code as you)"
@@ -69,13 +83,49 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"  session dir: {cluster.session_dir}")
         print(
             f"  join a node: nbcluster start --address {cluster.address} --token-file {cluster.token_file}"
+            + tls_flags
         )
         print(f"  connect:     nbcluster.init(address='{cluster.address}')   or   address='auto'")
+        if tls_flags:
+            print(
+                "  TLS:         every connection is encrypted; drivers need "
+                + " ".join(f"{k}={v}" for k, v in cluster.tls_env.items() if "NAME" not in k)
+            )
         sys.stdout.flush()
         if args.block:
             _block(cluster.stop)
         return 0
     return _join(args, resources)
+
+
+def _tls_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """The TLS variables for the processes to start ({} without TLS; None after an error)."""
+    given = [args.tls_ca, args.tls_cert, args.tls_key]
+    if any(given) and not all(given):
+        print("nbcluster start: give all of --tls-ca, --tls-cert and --tls-key", file=sys.stderr)
+        return None
+    env: dict[str, str] = {}
+    if all(given):
+        env = {
+            "NBCLUSTER_TLS_CA_CERT": os.path.abspath(args.tls_ca),
+            "NBCLUSTER_TLS_CERT": os.path.abspath(args.tls_cert),
+            "NBCLUSTER_TLS_KEY": os.path.abspath(args.tls_key),
+        }
+    if args.tls and args.address and not all(given):
+        print(
+            "nbcluster start: to join a TLS cluster pass the files the head printed: "
+            "--tls-ca, --tls-cert and --tls-key",
+            file=sys.stderr,
+        )
+        return None
+    if args.require_encryption:
+        env["NBCLUSTER_REQUIRE_ENCRYPTION"] = "1"
+    try:
+        TlsSettings.from_env({**os.environ, **env})
+    except (ValueError, OSError) as err:
+        print(f"nbcluster start: {err}", file=sys.stderr)
+        return None
+    return env
 
 
 def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
@@ -107,7 +157,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
                 file=sys.stderr,
             )
             return 2
-    exposed = exposure_warning(host)
+    exposed = exposure_warning(host, tls=TlsSettings.from_env(os.environ) is not None)
     if exposed:
         print(f"nbcluster start: warning: {exposed}", file=sys.stderr)
     cmd = [
@@ -294,6 +344,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="head port (default: any free port)")
     p.add_argument("--node-name", default="", help="name of this node (default: hostname)")
     p.add_argument("--token-file", default="", help="token file of the cluster to join")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --head: make a CA and certificate for this cluster and encrypt every "
+        "connection (prints the files that nodes and drivers need)",
+    )
+    p.add_argument("--tls-ca", default="", help="CA certificate (PEM) that signs the cluster's")
+    p.add_argument("--tls-cert", default="", help="this cluster's certificate (PEM)")
+    p.add_argument("--tls-key", default="", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--require-encryption",
+        action="store_true",
+        help="refuse to run without TLS (and TLS servers refuse plain connections)",
+    )
     _add_resource_args(p)
     p.set_defaults(fn=cmd_start)
     p = sub.add_parser("status", help="show the nodes and resources of a cluster")

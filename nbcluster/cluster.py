@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.protocol.tls import TlsSettings, make_cluster_certificates
 
 __all__ = [
     "LocalCluster",
@@ -37,6 +38,9 @@ class LocalCluster:
     ``LocalCluster(num_cpus=4).start()`` returns once the head and every node are serving;
     ``address`` is then the head's ``host:port`` and ``token_file`` the token's path.
     With ``detached=True`` the processes outlive this object's process (the CLI uses it).
+    With ``tls=True`` a fresh CA and cluster certificate are made in ``<session>/tls`` and
+    every process of the cluster talks TLS (``tls_env`` is what other processes then need);
+    TLS files already named by ``NBCLUSTER_TLS_*`` variables are used as they are.
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class LocalCluster:
         max_nodes: int | None = None,
         idle_timeout_s: float | None = None,
         autoscaler_config: dict[str, Any] | None = None,
+        tls: bool = False,
     ) -> None:
         if node_configs is not None:
             nodes = len(node_configs)
@@ -93,6 +98,7 @@ class LocalCluster:
         self.detached = detached
         self.temp_dir = temp_dir
         self.env = dict(env or {})
+        self.tls = tls
         self._token = token
         self.session_dir: Path | None = None
         self.token_file: Path | None = None
@@ -108,7 +114,8 @@ class LocalCluster:
         from nbcluster.config import Config
 
         config = Config.from_env({**os.environ, **self.env})
-        exposed = exposure_warning(self.host)
+        given_tls = TlsSettings.from_env({**os.environ, **self.env})
+        exposed = exposure_warning(self.host, tls=self.tls or given_tls is not None)
         if exposed:  # on the terminal (or under the cell), not only in a log
             warnings.warn(exposed, stacklevel=2)
         self.session_dir = proc.new_session_dir(self.temp_dir or config.temp_dir)
@@ -116,6 +123,9 @@ class LocalCluster:
             self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None
         )
         self.token_file = self.session_dir / proc.TOKEN_FILE
+        if self.tls and given_tls is None:
+            made = make_cluster_certificates(self.session_dir / "tls", hosts=[self.host])
+            self.env.update(made.env())
         if not self.detached:
             self._pipe_r, self._pipe_w = os.pipe()
             os.set_inheritable(self._pipe_r, True)
@@ -253,6 +263,12 @@ class LocalCluster:
         proc.write_atomic(self.session_dir / "pids.json", json.dumps(pids))
 
     # -- info --------------------------------------------------------------------------------
+    @property
+    def tls_env(self) -> dict[str, str]:
+        """The ``NBCLUSTER_TLS_*`` variables a driver or joining node needs ({} without TLS)."""
+        found = TlsSettings.from_env({**os.environ, **self.env})
+        return found.env() if found is not None else {}
+
     @property
     def token(self) -> str:
         """The cluster token (keep it secret: it lets anyone run code as you)."""
