@@ -233,11 +233,24 @@ class Trainers:
             from ray import train
             from ray.train.torch import TorchTrainer
 
-            kwargs = dict(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
-            try:  # keep Ray's traffic on loopback, as ours is
-                ray.init(_node_ip_address="127.0.0.1", **kwargs)
-            except TypeError:
-                ray.init(**kwargs)
+            # Its own session directory (no clash with other Rays on a shared machine), and
+            # a few attempts: Ray's start-up times out on a loaded machine.
+            temp = tempfile.mkdtemp(prefix="ray-")
+            for attempt in range(3):
+                try:
+                    ray.init(
+                        num_cpus=num_cpus,
+                        include_dashboard=False,
+                        logging_level=logging.WARNING,
+                        _temp_dir=temp,
+                        _node_ip_address="127.0.0.1",  # loopback, as nbcluster's traffic
+                    )
+                    break
+                except Exception:  # noqa: BLE001 - retried, then raised
+                    if attempt == 2:
+                        raise
+                    with contextlib.suppress(Exception):
+                        ray.shutdown()
             self.api, self.mod, self.Trainer = "ray.train", train, TorchTrainer
             self.shutdown = ray.shutdown
 

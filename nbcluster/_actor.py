@@ -320,6 +320,8 @@ class ActorHandle:
         return h
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name == "__ray_call__":  # Ray's built-in: fn(actor_instance, *args) in the actor
+            return ActorMethod(self, name, 1)
         if name.startswith("_") and name not in ("__call__",):
             raise AttributeError(name)  # slots not set yet, or private: never a remote method
         methods = self._meta["methods"]

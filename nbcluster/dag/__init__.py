@@ -26,13 +26,19 @@ Semantics (one ``execute`` call):
 ``print(dag)`` shows the nested structure, ``dag.to_dict()`` the nodes and edges, and a
 notebook draws the graph. :class:`nbcluster.jupyter.widgets.DAGView` shows the tasks of
 an execution live: pass it the refs ``execute`` returned.
+
+``dag.experimental_compile()`` compiles a graph of calls on live actors: set up once,
+each ``execute`` then costs a channel write and read (see :mod:`nbcluster.dag.compiled`).
 """
 
 from nbcluster.dag._class_node import ClassMethodNode, ClassNode
-from nbcluster.dag._dag_node import DAGNode
+from nbcluster.dag._dag_node import DAGNode, install_compiler
 from nbcluster.dag._function_node import FunctionNode
 from nbcluster.dag._input_node import InputAttributeNode, InputNode
 from nbcluster.dag._output_node import MultiOutputNode
+from nbcluster.dag.compiled import compile_dag
+
+install_compiler(compile_dag)
 
 __all__ = [
     "ClassMethodNode",

@@ -15,7 +15,7 @@ import reprlib
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-__all__ = ["DAGNode", "Edge"]
+__all__ = ["DAGNode", "Edge", "install_compiler"]
 
 #: ``(upstream node, downstream node, kind)``. Kinds: ``"arg"`` (the upstream's result is an
 #: argument), ``"input"`` (an input attribute reads the InputNode), ``"actor"`` (a method
@@ -24,6 +24,17 @@ __all__ = ["DAGNode", "Edge"]
 Edge = tuple["DAGNode", "DAGNode", str]
 
 _seq = itertools.count(1)
+
+#: What ``experimental_compile`` calls; ``nbcluster.dag`` installs ``compiled.compile_dag``
+#: (the compiler knows every kind of node, so it sits above this module).
+_compiler: Callable[..., Any] | None = None
+
+
+def install_compiler(compiler: Callable[..., Any]) -> None:
+    """Install the function behind :meth:`DAGNode.experimental_compile`."""
+    global _compiler
+    _compiler = compiler
+
 
 _short = reprlib.Repr()
 _short.maxstring = 60
@@ -173,6 +184,37 @@ class DAGNode:
     def get_edges(self) -> list[Edge]:
         """The edges between :meth:`get_nodes`, as ``(upstream, downstream, kind)``."""
         return graph_edges(collect(self))
+
+    def experimental_compile(
+        self,
+        _submit_timeout: float | None = None,
+        _buffer_size_bytes: int | None = None,
+        enable_asyncio: bool = False,
+        _max_inflight_executions: int | None = None,
+        _max_buffered_results: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Compile this graph of actor method calls (Ray's compiled graphs).
+
+        The graph is set up once: channels are preallocated (shared memory between
+        processes of one host) and each actor starts a loop that runs its calls. The
+        returned :class:`~nbcluster.dag.compiled.CompiledDAG`'s ``execute(*args)`` then
+        costs a channel write and a read instead of task submissions; ``teardown()`` ends
+        the loops. ``_max_inflight_executions`` (default 10) executions may be in flight
+        before their results are read; ``_buffer_size_bytes`` is the size of a channel
+        slot (larger values still travel, through a file of their own).
+        """
+        if _compiler is None:  # pragma: no cover - nbcluster.dag installs it on import
+            raise RuntimeError("import nbcluster.dag before compiling a DAG")
+        return _compiler(
+            self,
+            _submit_timeout=_submit_timeout,
+            _buffer_size_bytes=_buffer_size_bytes,
+            enable_asyncio=enable_asyncio,
+            _max_inflight_executions=_max_inflight_executions,
+            _max_buffered_results=_max_buffered_results,
+            **kwargs,
+        )
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         """Run the graph that ends at this node; ``args``/``kwargs`` feed its InputNode.

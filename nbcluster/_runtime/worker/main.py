@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -36,6 +37,19 @@ from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
+
+
+
+def _ray_call(instance: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return fn(instance, *args, **kwargs)
+
+
+def actor_method(instance: Any, name: str) -> Any:
+    """The actor's method ``name``; ``__ray_call__`` (Ray's built-in) runs ``fn(instance,
+    *args, **kwargs)`` for any function ``fn`` sent with the call."""
+    if name == "__ray_call__":
+        return functools.partial(_ray_call, instance)
+    return getattr(instance, name)
 
 
 class _Stream:
@@ -262,7 +276,7 @@ class Executor:
         if spec.actor_id and not spec.actor_creation:
             if self.actor is None or spec.actor_id != self.actor_id:
                 raise exc.NbclusterSystemError("this worker does not host that actor")
-            method = getattr(self.actor, spec.function_name)
+            method = actor_method(self.actor, spec.function_name)
             if inspect.iscoroutinefunction(method):
                 return self._sync_wrapper(method)
             return method
@@ -385,7 +399,7 @@ class Executor:
             node_id=self.client.node_id,
         )
         try:
-            method = getattr(self.actor, spec.function_name)
+            method = actor_method(self.actor, spec.function_name)
             args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
             result = method(*args, **kwargs)
             if inspect.isawaitable(result):
