@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -410,6 +411,19 @@ class LocalCluster:
         self._pipe_w = self._pipe_r = -1
         self.nodes = []
         self.head = None
+        self._remove_stores()
+
+    def _remove_stores(self) -> None:
+        """Delete what killed node managers left in shared memory (a node stopped cleanly
+        removes its own store; one that was SIGKILLed cannot, and /dev/shm is RAM)."""
+        if self.session_dir is None or self.detached:
+            return
+        from nbcluster.config import Config
+
+        base = Config.from_env({**os.environ, **self.env}).store_base_dir
+        stores = Path(base) / f"nbcluster-{self.session_dir.name}"
+        if stores.is_dir() and not stores.is_symlink() and stores.stat().st_uid == os.geteuid():
+            shutil.rmtree(stores, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self.start() if self.head is None else self

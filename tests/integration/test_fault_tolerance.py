@@ -210,7 +210,10 @@ def test_large_arguments_pull_the_task_to_their_node(cluster) -> None:
 
     big = make.options(scheduling_strategy=NA(other)).remote()
     nbcluster.wait([big])
-    time.sleep(1.0)  # the idle lease that made it is handed back (0.5 s), freeing that CPU
+    poll_for(  # the idle lease that made it is handed back (after 0.5 s), freeing that CPU
+        lambda: nbcluster.available_resources().get("CPU") == nbcluster.cluster_resources()["CPU"],
+        timeout=30,
+    )
     assert nbcluster.get(where.remote(big), timeout=30) == other  # not the driver's node
 
 
@@ -232,18 +235,20 @@ def test_f10_child_tasks_of_a_dead_owner_end(cluster) -> None:
     info = cluster(num_cpus=2)
     session = info.session_dir
 
+    started = Path(session) / "child-started"
+
     @nbcluster.remote
-    def child() -> None:
+    def child(path: str) -> None:
+        Path(path).touch()
         time.sleep(60)
 
     @nbcluster.remote(max_retries=0)
-    def parent() -> None:
-        ref = child.remote()
+    def parent(path: str) -> None:
+        ref = child.remote(path)
         nbcluster.get(ref)
 
-    p = parent.remote()
-    poll_for(lambda: len(worker_pids(session)) >= 2, timeout=20)
-    time.sleep(1.0)  # both running: the parent blocked in get, the child sleeping
+    p = parent.remote(str(started))
+    poll_for(started.exists, timeout=30)  # both running: the parent blocked in get on it
     before = set(worker_pids(session))
     nbcluster.cancel(p, force=True)  # kills the parent's worker: the child's owner
     with pytest.raises(

@@ -92,12 +92,15 @@ class Hosts:
         )
         return env
 
-    def spawn(self, i: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-        """Start a process inside host ``i``'s namespace (its own process group)."""
+    def spawn(
+        self, i: int, argv: list[str], env: dict[str, str], stdin: bool = False
+    ) -> subprocess.Popen[str]:
+        """Start a process inside host ``i``'s namespace (its own process group); with
+        ``stdin`` the test can write to it (to tell it when to go on)."""
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.names[i], *argv],
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -253,9 +253,8 @@ def slow(v):
 ref = slow.remote(42)
 print("SUBMITTED", flush=True)
 print(json.dumps({"value": nbcluster.get(ref)}), flush=True)
-time.sleep(0.5)
 print("LONGCUT_READY", flush=True)
-time.sleep(1.0)
+sys.stdin.readline()  # the test cut the link: call now
 try:
     nbcluster.get(slow.remote(1))
     print("NO_ERROR", flush=True)
@@ -270,7 +269,7 @@ def test_client_mode_rides_out_a_short_link_loss_and_fails_cleanly_on_a_long_one
 ) -> None:
     head_addr = _start_cluster(hosts, tmp_path)
     env = hosts.env(1, tmp_path, NBCLUSTER_HEAD_GRACE_PERIOD_S="6")
-    drv = hosts.spawn(1, [python(), "-c", CLIENT, head_addr], env)
+    drv = hosts.spawn(1, [python(), "-c", CLIENT, head_addr], env, stdin=True)
     ns = hosts.names[1]
     _wait_line(hosts, drv, "SUBMITTED")
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
@@ -280,6 +279,9 @@ def test_client_mode_rides_out_a_short_link_loss_and_fails_cleanly_on_a_long_one
     assert '{"value": 42}' in out  # the blocked call resumed; nothing lost
     _wait_line(hosts, drv, "LONGCUT_READY")
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    assert drv.stdin is not None
+    drv.stdin.write("go\n")
+    drv.stdin.flush()
     try:
         out = _wait_line(hosts, drv, "ALIVE", timeout=60)
     finally:
