@@ -8,6 +8,7 @@ long-poll an actor's state. Creation payloads stay opaque bytes here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -160,6 +161,15 @@ class ActorManager:
                 if n.address == rec.preferred_node and fits(rec.resources, n.available):
                     return n.address
         free = [n for n in nodes if fits(rec.resources, n.available)]
+        if free and rec.strategy == "SPREAD":
+            # Spread by how many live actors each node hosts: load alone cannot tell nodes
+            # apart for actors that hold no CPU (num_cpus=0), so they all went to one node.
+            hosted = collections.Counter(
+                r.node_address
+                for r in self.table.actors.values()
+                if r.state != DEAD and r.node_address and r.actor_id != rec.actor_id
+            )
+            return min(free, key=lambda n: (hosted[n.address], load(n))).address
         if free:
             return min(free, key=load).address
         could = [n for n in nodes if fits(rec.resources, n.total)]
@@ -213,6 +223,7 @@ class ActorManager:
                 await asyncio.sleep(1.0)
                 continue
             self._charge(address, rec.resources)  # actors placed together then spread out
+            rec.node_address = address  # counted as hosted there while the lease is asked for
             reply = await self._lease(rec, address)
             if reply is None:
                 await asyncio.sleep(0.5)
