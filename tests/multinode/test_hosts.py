@@ -180,10 +180,25 @@ def slow(path):
     time.sleep(6)
     return nbcluster.get_runtime_context().get_node_id()
 
-ref = slow.options(scheduling_strategy=NA(by_name["host2"], soft=True)).remote(sys.argv[2])
+@nbcluster.remote(max_restarts=1, num_cpus=0)
+class Where:
+    def node(self):
+        return nbcluster.get_runtime_context().get_node_id()
+
+host2 = NA(by_name["host2"], soft=True)
+actor = Where.options(scheduling_strategy=host2).remote()
+assert nbcluster.get(actor.node.remote(), timeout=60) == by_name["host2"]
+ref = slow.options(scheduling_strategy=host2).remote(sys.argv[2])
+once = slow.options(scheduling_strategy=host2, max_retries=0, num_cpus=0).remote(sys.argv[2])
 print("SUBMITTED", flush=True)
 node = nbcluster.get(ref, timeout=90)
-print(json.dumps({"ran_on": node, "hung": by_name["host2"]}), flush=True)
+try:
+    nbcluster.get(once, timeout=90)
+    lost = "no error"
+except (nbcluster.exceptions.NodeDiedError, nbcluster.exceptions.WorkerCrashedError) as e:
+    lost = type(e).__name__
+print(json.dumps({"ran_on": node, "hung": by_name["host2"], "non_retriable": lost,
+                  "actor_now_on": nbcluster.get(actor.node.remote(), timeout=90)}), flush=True)
 nbcluster.shutdown()
 """
 
@@ -210,8 +225,10 @@ def test_hung_node_is_declared_dead_its_task_reruns_elsewhere_and_it_is_fenced(
     )
     _wait_line(hosts, drv, "SUBMITTED")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (trace.exists() and trace.read_text().strip()):
-        time.sleep(0.05)
+    while time.monotonic() < deadline and not (
+        trace.exists() and len(trace.read_text().split()) >= 2
+    ):
+        time.sleep(0.05)  # both tasks are running on host2
     os.kill(nm_pid, signal.SIGSTOP)  # a hung node, not a dead one
     try:
         out = _wait_line(hosts, drv, '"ran_on"', timeout=120)
@@ -219,6 +236,8 @@ def test_hung_node_is_declared_dead_its_task_reruns_elsewhere_and_it_is_fenced(
         os.kill(nm_pid, signal.SIGCONT)
     result = json.loads([line for line in out.splitlines() if '"ran_on"' in line][-1])
     assert result["ran_on"] != result["hung"]  # retried on a live node
+    assert result["non_retriable"] in ("NodeDiedError", "WorkerCrashedError")  # F12: not rerun
+    assert result["actor_now_on"] not in (result["hung"], "")  # restarted on another node
     # After SIGCONT the hung node learns it was fenced and joins under a new id.
     check = r"""
 import json, sys, time, nbcluster
