@@ -134,3 +134,48 @@ def test_deaths_during_a_head_outage_are_acted_on_after_the_restart(
         message="an actor outlived its dead owner",
     )
     nbcluster.kill(counter)
+
+
+def test_f11b_without_the_head_calls_that_need_it_fail_within_the_grace_period(
+    cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F11(b)/J03 for an ordinary driver: the head is gone and not restarted. What needs it
+    raises ``HeadUnavailableError`` after the grace period (no hang, and this process, the
+    "kernel", lives on); what does not (tasks on leased workers) keeps working; once the
+    head is back the same driver carries on."""
+    monkeypatch.setenv("NBCLUSTER_HEAD_GRACE_PERIOD_S", "3")
+    cluster(num_cpus=1)
+
+    @nbcluster.remote
+    def one() -> int:
+        return 1
+
+    @nbcluster.remote
+    class Probe:
+        def ping(self) -> str:
+            return "pong"
+
+    assert nbcluster.get(one.remote()) == 1
+    local_cluster().kill_head()
+    for needs_head in (
+        lambda: nbcluster.get_actor("anything"),
+        lambda: nbcluster.get(Probe.remote().ping.remote(), timeout=60),
+    ):
+        start = time.monotonic()
+        with pytest.raises(nbcluster.exceptions.HeadUnavailableError, match="head"):
+            needs_head()
+        assert time.monotonic() - start < 30  # the grace period (3 s), not a hang
+    assert nbcluster.get(one.remote(), timeout=60) == 1  # tasks do not need the head
+    local_cluster().restart_head()
+
+    def head_answers() -> bool:
+        try:
+            nbcluster.get_actor("anything")
+        except nbcluster.exceptions.HeadUnavailableError:
+            return False
+        except ValueError:  # "no such actor": the head answered
+            return True
+        return False
+
+    poll_for(head_answers, timeout=30, message="the driver did not reconnect to the head")
+    assert nbcluster.get(Probe.remote().ping.remote(), timeout=60) == "pong"
