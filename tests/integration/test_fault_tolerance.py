@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nbcluster
+from nbcluster.config import Config
 from nbcluster.state import local_cluster
 from nbcluster.testing import assert_cluster_healthy, poll_for
 from nbcluster.util import NodeAffinitySchedulingStrategy as NA
@@ -182,9 +183,14 @@ def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch
 
     @nbcluster.remote(max_retries=0)
     def hog() -> float:
-        a = np.ones(2**30 // 8)
+        # 1 GiB crosses the threshold; on a shared machine whose other processes freed
+        # memory meanwhile, keep growing (to 2.5 GiB) until the monitor acts.
+        held = [np.ones(2**30 // 8)]
+        for _ in range(6):
+            time.sleep(1.0)
+            held.append(np.ones(2**28 // 8))
         time.sleep(10)
-        return float(a.sum())
+        return float(sum(a.sum() for a in held))
 
     with pytest.raises(nbcluster.exceptions.OutOfMemoryError, match="memory monitor"):
         nbcluster.get(hog.remote(), timeout=60)
@@ -214,6 +220,9 @@ def test_large_arguments_pull_the_task_to_their_node(cluster) -> None:
         lambda: nbcluster.available_resources().get("CPU") == nbcluster.cluster_resources()["CPU"],
         timeout=30,
     )
+    # The driver's node sees the other node's CPU free one heartbeat after the head does
+    # (its cluster view comes with heartbeat replies; nothing shows it to the driver).
+    time.sleep(3 * Config.from_env().heartbeat_interval_s)
     assert nbcluster.get(where.remote(big), timeout=30) == other  # not the driver's node
 
 
