@@ -172,7 +172,9 @@ def test_l03_spilling_restores_every_object_then_full_store_errors(cluster, monk
         nbcluster.put(np.zeros(200 * 2**20 // 8))
 
 
-def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch) -> None:
+def test_l04_memory_monitor_kills_the_newest_retriable_task(
+    cluster, monkeypatch, tmp_path: Path
+) -> None:
     from nbcluster._runtime.node.service import memory_fraction
 
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -180,9 +182,23 @@ def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch
     monkeypatch.setenv("NBCLUSTER_MEMORY_USAGE_THRESHOLD", f"{threshold:.4f}")
     monkeypatch.setenv("NBCLUSTER_TASK_OOM_RETRIES", "1")
     cluster(num_cpus=2)
+    attempts = tmp_path / "attempts"
+
+    @nbcluster.remote
+    class Keeper:  # a named actor holding memory (below the threshold): never the victim
+        def __init__(self) -> None:
+            self.block = np.ones(2**26 // 8)  # 64 MiB
+
+        def size(self) -> int:
+            return int(self.block.nbytes)
+
+    keeper = Keeper.options(name="keeper").remote()
+    assert nbcluster.get(keeper.size.remote()) == 2**26
 
     @nbcluster.remote(max_retries=0)
     def hog() -> float:
+        with open(attempts, "a") as f:
+            f.write("x\n")
         # 1 GiB crosses the threshold; on a shared machine whose other processes freed
         # memory meanwhile, keep growing (to 2.5 GiB) until the monitor acts.
         held = [np.ones(2**30 // 8)]
@@ -193,7 +209,10 @@ def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch
         return float(sum(a.sum() for a in held))
 
     with pytest.raises(nbcluster.exceptions.OutOfMemoryError, match="memory monitor"):
-        nbcluster.get(hog.remote(), timeout=60)
+        nbcluster.get(hog.remote(), timeout=120)
+    assert attempts.read_text().count("x") == 1 + 1  # NBCLUSTER_TASK_OOM_RETRIES + 1 kills
+    assert nbcluster.get(nbcluster.get_actor("keeper").size.remote()) == 2**26  # survived
+    nbcluster.kill(keeper)
 
     @nbcluster.remote
     def ok() -> int:
