@@ -151,9 +151,10 @@ def _count_fds() -> int:
         return 0
 
 
-# Threads that live as long as the process by design, started on first use: grpc's poller
-# (grpc.aio) and the default executor of an asyncio loop (bounded, reused).
-_PROCESS_THREADS = re.compile(r"^(Thread-\d+ \(_poll_wrapper\)|asyncio_\d+)$")
+# Threads that live as long as the process by design, started on first use (one each, or a
+# bounded pool): grpc's poller (grpc.aio), the default executor of an asyncio loop, and
+# tqdm's monitor.
+_PROCESS_THREADS = re.compile(r"^(Thread-\d+ \(_poll_wrapper\)|asyncio_\d+|tqdm_monitor)$")
 
 
 def _leaked_threads(baseline: HealthBaseline) -> list[threading.Thread]:
@@ -220,27 +221,44 @@ def _poll(predicate: Callable[[], object], timeout: float, describe: Callable[[]
 def assert_cluster_healthy(timeout: float = 10.0, baseline: HealthBaseline | None = None) -> None:
     """The health check of RELIABILITY.md, within ``timeout`` seconds:
 
-    - every resource is back (available == total);
+    - 100 trivial tasks succeed, and a new actor answers (then it is killed);
+    - then every resource is back (available == total), those of the check included, so
+      the next test starts on an idle cluster;
     - no process of the session lost its parent (:func:`orphan_processes`);
     - with a ``baseline``: no thread started since is still running, and the driver holds
-      at most a few more file descriptors than then;
-    - 100 trivial tasks succeed, and a new actor answers (then it is killed).
+      at most a few more file descriptors than then.
     """
     import nbcluster
+
+    def resources() -> str:
+        return f"total={nbcluster.cluster_resources()} available={nbcluster.available_resources()}"
+
+    @nbcluster.remote
+    def _healthy(i: int) -> int:
+        return i
+
+    @nbcluster.remote
+    class _HealthProbe:
+        def ping(self) -> str:
+            return "pong"
+
+    try:
+        got = nbcluster.get([_healthy.remote(i) for i in range(100)], timeout=timeout)
+        assert got == list(range(100))
+        probe = _HealthProbe.remote()
+        try:
+            assert nbcluster.get(probe.ping.remote(), timeout=timeout) == "pong"
+        finally:
+            nbcluster.kill(probe)
+    except nbcluster.exceptions.GetTimeoutError as e:
+        raise AssertionError(f"the cluster no longer runs tasks and actors ({resources()})") from e
 
     def resources_back() -> bool:
         total = nbcluster.cluster_resources()
         avail = nbcluster.available_resources()
         return all(abs(avail.get(k, 0.0) - v) < 1e-6 for k, v in total.items())
 
-    _poll(
-        resources_back,
-        timeout,
-        lambda: (
-            f"resources did not return: total={nbcluster.cluster_resources()} "
-            f"available={nbcluster.available_resources()}"
-        ),
-    )
+    _poll(resources_back, timeout, lambda: f"resources did not return: {resources()}")
     session = nbcluster.state.session_info()["session_dir"]
     if session:
         _poll(
@@ -255,24 +273,6 @@ def assert_cluster_healthy(timeout: float = 10.0, baseline: HealthBaseline | Non
         )
     if baseline is not None:
         assert_no_leaks(baseline, timeout)
-
-    @nbcluster.remote
-    def _healthy(i: int) -> int:
-        return i
-
-    @nbcluster.remote
-    class _HealthProbe:
-        def ping(self) -> str:
-            return "pong"
-
-    assert nbcluster.get([_healthy.remote(i) for i in range(100)], timeout=timeout) == list(
-        range(100)
-    )
-    probe = _HealthProbe.remote()
-    try:
-        assert nbcluster.get(probe.ping.remote(), timeout=timeout) == "pong"
-    finally:
-        nbcluster.kill(probe)
 
 
 def kill_process(pid: int, sig: int = signal.SIGKILL) -> None:
