@@ -16,8 +16,10 @@ timed):
 - ``random_shuffle``, ``sort``: the whole data set, consumed block by block; rows/s.
 - ``groupby(k).mean(v)``: the result to pandas; rows/s of input.
 - ``small: 1M-row groupby``: ``from_pandas`` of 1M rows, ``groupby().mean()``, to pandas; s.
-- ``small: first rows of show()``: ``read_parquet(all).show(5)``; seconds to the rows.
-- ``small: 100k-row pipeline``: ``from_pandas -> map_batches -> filter -> to_pandas``; s.
+- ``small: first rows of show()``: ``read_parquet(all).take(5)`` (what ``show(5)`` prints);
+  seconds to the rows.
+- ``small: 100k-row pipeline``: ``from_pandas -> map_batches -> filter(expr="s > 1.0") ->
+  to_pandas`` (the filter as an expression string, which both run vectorized); s.
 
 The floor does the same work in this one process with pyarrow and pandas (no cluster).
 Peak memory is the largest sum of RSS over the system's processes (the child and all its
@@ -72,11 +74,11 @@ class Sizes:
     rows: int = 25_000_000  # 1 GB at 40 bytes a row
     small_rows: int = 1_000_000
     pipeline_rows: int = 100_000
-    timeout_s: int = 1800
+    timeout_s: int = 3600
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(rows=1_600_000, timeout_s=600)
+        return cls(rows=1_600_000, timeout_s=1200)
 
 
 # --------------------------------------------------------------------------- memory
@@ -168,6 +170,28 @@ class Udf:
 
 # --------------------------------------------------------------------------- systems
 
+#: Where the child writes its figures, after every row (so a timeout keeps what ran).
+RESULTS: Path | None = None
+
+
+def _timed(
+    system: str,
+    out: dict[str, float],
+    rss: PeakRSS,
+    key: str,
+    fn: Callable[[], int | None],
+    rate: bool,
+) -> None:
+    rss.reset()
+    t0 = time.perf_counter()
+    n = fn()
+    dt = time.perf_counter() - t0
+    out[key] = (n / dt) if rate and n else dt
+    out[key + ".mem"] = float(rss.peak)
+    print(f"{system} {key}: {out[key]:.4g} ({dt:.2f}s) peak {rss.peak / 2**20:.0f} MiB", flush=True)
+    if RESULTS is not None:
+        RESULTS.write_text(json.dumps(out))
+
 
 def _consume(batches: Any) -> int:
     n = 0
@@ -179,6 +203,8 @@ def _consume(batches: Any) -> int:
 def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
     if name == "ray":
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # On a loaded machine the raylet gives up waiting for its agent after 30 s.
+        os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
         import ray
         import ray.data as rd
 
@@ -205,15 +231,7 @@ def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) ->
     out: dict[str, float] = {}
 
     def timed(key: str, fn: Callable[[], int | None], rate: bool) -> None:
-        rss.reset()
-        t0 = time.perf_counter()
-        n = fn()
-        dt = time.perf_counter() - t0
-        out[key] = (n / dt) if rate and n else dt
-        out[key + ".mem"] = float(rss.peak)
-        print(
-            f"{name} {key}: {out[key]:.4g} ({dt:.2f}s) peak {rss.peak / 2**20:.0f} MiB", flush=True
-        )
+        _timed(name, out, rss, key, fn, rate)
 
     # warm up: workers started, functions exported
     warm = rd.read_parquet(path).limit(1000)
@@ -260,11 +278,14 @@ def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) ->
         ds = (
             rd.from_pandas(small)
             .map_batches(lambda b: {"k": b["k"], "s": b["v"] + b["w"]})
-            .filter(lambda r: r["s"] > 1.0)
+            .filter(expr="s > 1.0")
         )
         return len(ds.to_pandas())
 
     timed("small_pipeline", pipeline, False)
+    if name == "ray":
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
     return out
 
 
@@ -277,15 +298,7 @@ def run_floor(data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
     out: dict[str, float] = {}
 
     def timed(key: str, fn: Callable[[], int | None], rate: bool) -> None:
-        rss.reset()
-        t0 = time.perf_counter()
-        n = fn()
-        dt = time.perf_counter() - t0
-        out[key] = (n / dt) if rate and n else dt
-        out[key + ".mem"] = float(rss.peak)
-        print(
-            f"floor {key}: {out[key]:.4g} ({dt:.2f}s) peak {rss.peak / 2**20:.0f} MiB", flush=True
-        )
+        _timed("floor", out, rss, key, fn, rate)
 
     def batches(fn: Any) -> int:
         n = 0
@@ -299,6 +312,7 @@ def run_floor(data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
                     n += len(res["id"][s : s + BATCH])
         return n
 
+    batches(udf)  # warm up, as the systems do (imports, file cache)
     timed("pipeline", lambda: batches(udf), True)
     timed("actors", lambda: batches(Udf()), True)
 
@@ -335,6 +349,8 @@ def run_floor(data_dir: Path, sizes: Sizes, rss: PeakRSS) -> dict[str, float]:
 
 
 def child(system: str, data_dir: Path, sizes: Sizes, out_file: Path) -> None:
+    global RESULTS
+    RESULTS = out_file
     rss = PeakRSS()
     try:
         if system == "floor":
@@ -383,12 +399,20 @@ def run_system(
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            return f"timed out after {sizes.timeout_s}s (log: {log})"
+            partial = json.loads(out_file.read_text()) if out_file.exists() else {}
+            partial["note"] = (
+                f"timed out after {sizes.timeout_s}s; rows shown '-' did not finish (log: {log})"
+            )
+            return partial  # type: ignore[no-any-return]
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the child left behind
-    if proc.returncode != 0 or not out_file.exists():
-        return f"exit {proc.returncode} (log: {log})"
+    if proc.returncode != 0:
+        partial = json.loads(out_file.read_text()) if out_file.exists() else {}
+        partial["note"] = f"exit {proc.returncode}; rows shown '-' failed (log: {log})"
+        return partial  # type: ignore[no-any-return]
+    if not out_file.exists():
+        return f"no results (log: {log})"
     return json.loads(out_file.read_text())  # type: ignore[no-any-return]
 
 
@@ -428,6 +452,8 @@ def table(results: dict[str, dict[str, float] | str]) -> str:
     for system, r in results.items():
         if isinstance(r, str):
             lines.append(f"\n{LABELS[system]}: {r}")
+        elif "note" in r:
+            lines.append(f"\n{LABELS[system]}: {r['note']}")
     return "\n".join(lines)
 
 
@@ -438,11 +464,16 @@ def main() -> None:
         "--only", default=",".join(SYSTEMS), help="comma-separated: nbcluster,ray,floor"
     )
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument(
+        "--timeout", type=int, help="seconds allowed per system (default 3600, quick 1200)"
+    )
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = Sizes.quick() if args.quick else Sizes()
+    if args.timeout:
+        sizes.timeout_s = args.timeout
     if args.child:
         child(args.child, Path(args.data), sizes, Path(args.out))
         return

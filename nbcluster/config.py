@@ -39,7 +39,8 @@ class Config:
     max_inline_bytes: int = 100 * 1024
     """Values smaller than this travel inside RPC messages; larger ones go to the store."""
     heartbeat_interval_s: float = 0.5
-    """How often node managers report to the head."""
+    """How often, at most, a node manager reports changes to the head (every interval while
+    lease requests wait; an idle node only sends a keep-alive every node_death_timeout_s/4)."""
     node_death_timeout_s: float = 30.0
     """A node that has sent no heartbeat for this long is declared dead."""
     lease_idle_timeout_s: float = 0.5

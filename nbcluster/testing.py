@@ -78,7 +78,13 @@ def worker_pids(session_dir: str | os.PathLike[str]) -> list[int]:
     # The fork server and the workers are forked from the node manager, so all three carry
     # node.main's command line: managers have a parent outside that set, the fork server is
     # a manager's child, and workers are the fork server's children.
-    node_like = {p.pid: p for p in procs if "nbcluster._runtime.node.main" in " ".join(p.cmdline())}
+    node_like = {}
+    for p in procs:
+        try:
+            if "nbcluster._runtime.node.main" in " ".join(p.cmdline()):
+                node_like[p.pid] = p
+        except psutil.Error:  # exited meanwhile
+            continue
     parents: dict[int, int] = {}
     for pid, p in node_like.items():
         try:
@@ -152,9 +158,11 @@ def _count_fds() -> int:
 
 
 # Threads that live as long as the process by design, started on first use (one each, or a
-# bounded pool): grpc's poller (grpc.aio), the default executor of an asyncio loop, and
-# tqdm's monitor.
-_PROCESS_THREADS = re.compile(r"^(Thread-\d+ \(_poll_wrapper\)|asyncio_\d+|tqdm_monitor)$")
+# bounded pool): grpc's poller (grpc.aio), the default executor of an asyncio loop, tqdm's
+# monitor, and the object store's copy helper (objects/store.py).
+_PROCESS_THREADS = re.compile(
+    r"^(Thread-\d+ \(_poll_wrapper\)|asyncio_\d+|tqdm_monitor|nbc-copy_\d+)$"
+)
 
 
 def _leaked_threads(baseline: HealthBaseline) -> list[threading.Thread]:

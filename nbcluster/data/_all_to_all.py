@@ -19,6 +19,7 @@ is already there (``randomize_block_order`` only reorders refs).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ from nbcluster.data._block import (
 )
 from nbcluster.data._datasource import group_units
 from nbcluster.data._logical import AllToAll, RefBundle
-from nbcluster.data._transform import _note
+from nbcluster.data._transform import SHUFFLE_KEY, SHUFFLE_OFFSETS, _note
 from nbcluster.data.aggregate import aggregate_block, combine
 from nbcluster.data.context import DataContext
 
@@ -94,6 +95,28 @@ def _shuffle_reduce(seed: int | None, *parts: pa.Table) -> tuple[pa.Table, Block
     out = (
         compact(table.take(pa.array(rng.permutation(table.num_rows)))) if table.num_rows else table
     )
+    return out, metadata_of(out)
+
+
+@nbcluster.remote(num_returns=2)
+def _premapped_reduce(
+    seed: int | None, j: int, *blocks: pa.Table
+) -> tuple[pa.Table, BlockMetadata]:
+    """Part ``j`` of every shuffle-mapped block (in a repeatable order), permuted."""
+    keyed = []
+    for b in blocks:
+        meta = b.schema.metadata or {}
+        if SHUFFLE_OFFSETS not in meta:
+            continue  # an empty block without columns
+        offsets = json.loads(meta[SHUFFLE_OFFSETS])
+        part = b.slice(offsets[j], offsets[j + 1] - offsets[j]).replace_schema_metadata(None)
+        keyed.append((int(meta[SHUFFLE_KEY]), b.num_rows, part))
+    keyed.sort(key=lambda k: (k[0], k[1]))
+    table = concat([k[2] for k in keyed])
+    if table.num_rows:
+        rng = np.random.default_rng(seed)
+        table = table.take(pa.array(rng.permutation(table.num_rows)))
+    out = compact(table)
     return out, metadata_of(out)
 
 
@@ -294,6 +317,13 @@ def run_all_to_all(
         order = list(bundles)
         random.Random(p.get("seed")).shuffle(order)
         return list(order)
+    if p.get("premapped"):  # the producing tasks ran ShuffleMapStage
+        seed = p.get("seed")
+        blocks = [b.block for b in bundles]
+        return [
+            tuple(_premapped_reduce.remote(None if seed is None else seed * 104729 + j, j, *blocks))
+            for j in range(p["partitions"])
+        ]
     if kind == "random_shuffle" or (kind == "repartition" and p.get("shuffle")):
         n = _partitions(bundles, p.get("num_blocks"), cpu)
         seed = p.get("seed")
@@ -330,9 +360,12 @@ def run_all_to_all(
     if kind == "aggregate":
         keys, aggs = p["keys"], p["aggs"]
         _check_keys(bundles, keys, "groupby")
-        partial = [tuple(_partial_agg.remote(keys, aggs, b.block)) for b in bundles]
-        metas = nbcluster.get([m for _, m in partial])
-        pb = [RefBundle(r, m) for (r, _), m in zip(partial, metas, strict=True)]
+        if p.get("partials"):  # the upstream tasks already reduced their blocks
+            pb = list(bundles)
+        else:
+            partial = [tuple(_partial_agg.remote(keys, aggs, b.block)) for b in bundles]
+            metas = nbcluster.get([m for _, m in partial])
+            pb = [RefBundle(r, m) for (r, _), m in zip(partial, metas, strict=True)]
         if not keys or not pb:
             return [tuple(_combine_agg.remote(keys, aggs, *[b.block for b in pb]))]
         n = _partitions(pb, None, 1)

@@ -266,10 +266,16 @@ def _to_pandas(table: pa.Table) -> Any:
     import pandas as pd
 
     tensors = [i for i, f in enumerate(table.schema) if _is_tensor(f.type)]
+    # split_blocks: one pandas block per column, so numeric columns without nulls are
+    # views of the Arrow buffers instead of copies.
     if not tensors:
-        return table.to_pandas()
+        return table.to_pandas(split_blocks=True)
     plain = table.drop_columns([table.column_names[i] for i in tensors])
-    df = plain.to_pandas() if plain.num_columns else pd.DataFrame(index=range(table.num_rows))
+    df = (
+        plain.to_pandas(split_blocks=True)
+        if plain.num_columns
+        else pd.DataFrame(index=range(table.num_rows))
+    )
     for i in tensors:
         arr = column_to_numpy(table.column(i))
         df.insert(i, table.column_names[i], pd.Series(list(arr), dtype=object))

@@ -93,7 +93,9 @@ def _note_path(err: BaseException, path: str, what: str) -> BaseException:
 def _filesystem_for(path: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
     if filesystem is not None:
         return filesystem, path
-    if "://" in path:
+    if path.startswith("local://"):  # Ray's spelling of "on every node's local disk"
+        path = path[len("local://") :]
+    elif "://" in path:
         try:
             return pafs.FileSystem.from_uri(path)
         except (pa.ArrowInvalid, ValueError) as err:

@@ -56,6 +56,9 @@ __all__ = ["Execution", "cluster_limits"]
 #: All-to-all operators whose output order is their meaning: the execution keeps order.
 ORDERED_KINDS = frozenset({"sort", "zip", "repartition", "aggregate"})
 _POLL_S = 0.05
+#: An execution with nothing running, nothing to start and a waiting consumer for this
+#: long is stuck: it fails with the scheduler's state instead of hanging silently.
+STALL_S = 30.0
 
 
 @dataclasses.dataclass
@@ -135,6 +138,7 @@ class Execution:
         self._out: queue.Queue[Any] = queue.Queue()
         self._consumed: queue.Queue[int] = queue.Queue()
         self._stop = threading.Event()
+        self._consumer_waiting = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending: dict[ObjectRef, _Running] = {}
         self._bundles: dict[int, RefBundle] = {}
@@ -142,6 +146,7 @@ class Execution:
         self._task_inputs: dict[tuple[int, int], tuple[int, ...]] = {}
         self._actors: dict[tuple[int, int], Any] = {}
         self._union_schemas: dict[int, Any] = {}
+        self._remote_fns: dict[int, Any] = {}
         self._actor_deaths = 0
         self._stage_refs: dict[int, Any] = {}
         self._next_id = 0
@@ -252,13 +257,19 @@ class Execution:
         assert self.state is not None
         error: BaseException | None = None
         try:
+            idle_since = time.monotonic()
             while not self._stop.is_set():
                 self._drain_consumed()
-                for ins in self.state.decide():
+                instructions = self.state.decide()
+                for ins in instructions:
                     self._apply(ins)
                 self._track()
                 if self.state.done and not self._pending and not self.state.consumer:
                     break
+                if instructions or self._pending or not self._consumer_waiting.is_set():
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > STALL_S:
+                    raise RuntimeError(self._stall_report())
                 self._poll()
                 self._tick_progress()
         except BaseException as err:  # noqa: BLE001 - handed to the consumer
@@ -369,8 +380,10 @@ class Execution:
         if p.kind == "source":
             assert p.read_tasks is not None
             rt = p.read_tasks[ins.inputs[0]]
-            opts = remote_options(p.remote_args, p.name)
-            block, meta = read_task.options(**opts).remote(stages, rt)
+            if ins.actor is not None:  # a read fused into an actor pool
+                block, meta = self._actors[(ins.op, ins.actor)].run_read.remote(rt)
+            else:
+                block, meta = self._remote_fn(ins.op, read_task).remote(stages, rt)
             inputs: tuple[int, ...] = ()
         elif p.kind == "limit":
             bundle = self._bundles[ins.inputs[0]]
@@ -381,10 +394,17 @@ class Execution:
             if ins.actor is not None:
                 block, meta = self._actors[(ins.op, ins.actor)].run.remote(*blocks)
             else:
-                opts = remote_options(p.remote_args, p.name)
-                block, meta = map_task.options(**opts).remote(stages, *blocks)
+                block, meta = self._remote_fn(ins.op, map_task).remote(stages, *blocks)
             inputs = ins.inputs
         self._pending[meta] = _Running(ins.op, ins.task, block, inputs, ins.actor)
+
+    def _remote_fn(self, op: int, fn: Any) -> Any:
+        """``fn`` with the operator's options (made once per operator, not per task)."""
+        made = self._remote_fns.get(op)
+        if made is None:
+            p = self.phys[op]
+            made = self._remote_fns[op] = fn.options(**remote_options(p.remote_args, p.name))
+        return made
 
     def _run_barrier(self, ins: RunBarrier) -> None:
         assert self.state is not None
@@ -465,9 +485,19 @@ class Execution:
         finally:
             if not finished:
                 self.stop()
+                self._drop_outputs()
             self._close_progress()
 
+    def _drop_outputs(self) -> None:
+        """Release the blocks nobody will consume (a stopped run must not pin them)."""
+        while True:
+            try:
+                self._out.get_nowait()
+            except queue.Empty:
+                return
+
     def _next_item(self) -> Any:
+        self._consumer_waiting.set()
         try:
             while True:
                 try:
@@ -477,6 +507,25 @@ class Execution:
         except KeyboardInterrupt:
             self.stop()
             raise
+        finally:
+            self._consumer_waiting.clear()
+
+    def _stall_report(self) -> str:
+        """Why an execution that cannot move is stuck (a bug: it should never happen)."""
+        assert self.state is not None
+        lines = [
+            f"nbcluster.data: the execution made no progress for {STALL_S:.0f}s with nothing "
+            "running while the consumer waits; this is a bug in the executor, please report "
+            "it with this state:"
+        ]
+        for i, st in enumerate(self.state.ops):
+            lines.append(
+                f"  {i} {st.spec.name} [{st.spec.kind}] queued={len(st.queue)} "
+                f"sources_left={len(st.sources_left)} running={len(st.running)} "
+                f"done={st.done} held={st.held!r} out_bytes={st.out_bytes}"
+            )
+        lines.append(f"  budget={self.budget} total_usage={self.state.total_usage}")
+        return "\n".join(lines)
 
     # ------------------------------------------------------------------ statistics
     def _track(self) -> None:
@@ -492,7 +541,7 @@ class Execution:
         out = []
         for i, st in enumerate(self.state.ops):
             started = self._op_started.get(i, self._started_at)
-            ended = self._op_ended.get(i, now if not st.done else now)
+            ended = self._op_ended.get(i, now)
             out.append(
                 OpSnapshot(
                     name=st.spec.name,
@@ -545,7 +594,6 @@ class Execution:
             driver_rss_peak=self._rss_peak,
             status=status,
         )
-        self._final_snapshot = snap
 
     def _close_progress(self) -> None:
         if self._progress is not None and self.stats is not None:

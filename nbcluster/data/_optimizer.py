@@ -13,18 +13,20 @@ Rules (each a pure function from a plan to a plan, applied until nothing changes
 
 Then :func:`to_physical` fuses chains of map-like operators into one physical operator
 (one task per bundle runs all of them): a read with the task maps after it, consecutive
-task maps with the same resources, and task maps before an actor-pool map (they run in
-the actors). Everything here is pure and unit-tested without processes.
+task maps with the same resources, and a read or task maps before an actor-pool map (they
+run in the actors). Everything here is pure and unit-tested without processes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pyarrow.compute as pc
 
 from nbcluster.data._datasource import ReadTask
+from nbcluster.data._expr import parse_expression
 from nbcluster.data._logical import (
     AllToAll,
     InputData,
@@ -36,7 +38,13 @@ from nbcluster.data._logical import (
     Union,
     walk,
 )
-from nbcluster.data._transform import FilterStage, ProjectStage, Stage
+from nbcluster.data._transform import (
+    FilterStage,
+    PartialAggregateStage,
+    ProjectStage,
+    ShuffleMapStage,
+    Stage,
+)
 from nbcluster.data.compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
 
 __all__ = ["PhysicalOp", "explain", "optimize", "to_physical"]
@@ -187,8 +195,10 @@ def _fusible(prev: PhysicalOp, op: MapLike) -> bool:
     if prev.uses_actors:
         return False
     if isinstance(op.compute, ActorPoolStrategy):
-        # Task maps run inside the actors; a read stays a task of its own.
-        return prev.kind == "map" and _same_resources(prev.remote_args, op.remote_args)
+        # Reads and task maps before a pool run inside its actors (as Ray fuses
+        # ReadFiles->MapBatches(Class)): blocks go through the store once, and the pool
+        # is not capped to leave CPUs for separate read tasks.
+        return _same_resources(prev.remote_args, op.remote_args)
     if not _same_resources(prev.remote_args, op.remote_args):
         return False
     return not (op.min_rows and prev.kind == "map" and not prev.stages)
@@ -250,6 +260,26 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
             ops.append(PhysicalOp(op.name, "limit", inputs, limit=op.n, logical=[op.name]))
             return len(ops) - 1
         if isinstance(op, AllToAll):
+            if op.kind == "aggregate" and len(inputs) == 1:
+                inputs = (
+                    _map_side(
+                        ops,
+                        inputs[0],
+                        PartialAggregateStage(list(op.params["keys"]), list(op.params["aggs"])),
+                    ),
+                )
+                op = dataclasses.replace(op, params={**op.params, "partials": True})
+            shuffles = op.kind == "random_shuffle" or (
+                op.kind == "repartition" and op.params.get("shuffle")
+            )
+            if shuffles and len(inputs) == 1:
+                parts = _shuffle_partitions(ops, inputs[0], op.params.get("num_blocks"))
+                if parts is not None:
+                    stage = ShuffleMapStage(parts, op.params.get("seed"))
+                    inputs = (_map_side(ops, inputs[0], stage),)
+                    op = dataclasses.replace(
+                        op, params={**op.params, "premapped": True, "partitions": parts}
+                    )
             ops.append(PhysicalOp(op.name, "barrier", inputs, all_to_all=op, logical=[op.name]))
             return len(ops) - 1
         if isinstance(op, Union):
@@ -259,6 +289,55 @@ def to_physical(root: LogicalOp) -> list[PhysicalOp]:
 
     build(root)
     return ops
+
+
+#: A shuffle aims at reduce outputs of about this many bytes (as ``_all_to_all``).
+SHUFFLE_PARTITION_BYTES = 64 * 1024 * 1024
+
+
+def _source_estimate(ops: list[PhysicalOp], idx: int) -> tuple[int, int] | None:
+    """(blocks, bytes) that operator ``idx`` will produce, from its source's estimates."""
+    op = ops[idx]
+    while op.kind == "map" and op.inputs:
+        op = ops[op.inputs[0]]
+    if op.kind != "source":
+        return None
+    if op.read_tasks is not None:
+        return len(op.read_tasks), sum(t.size_bytes or 0 for t in op.read_tasks)
+    bundles = op.bundles or []
+    return len(bundles), sum(b.meta.size_bytes for b in bundles)
+
+
+def _shuffle_partitions(ops: list[PhysicalOp], src: int, requested: int | None) -> int | None:
+    """How many reducers a shuffle gets, decided before the data exists (None: unknown)."""
+    if requested:
+        return int(requested)
+    est = _source_estimate(ops, src)
+    if est is None:
+        return None
+    blocks, size = est
+    by_size = math.ceil(size / SHUFFLE_PARTITION_BYTES) if size else 1
+    return max(1, min(max(blocks, 1), max(by_size, min(blocks, 2))))
+
+
+def _map_side(ops: list[PhysicalOp], src: int, stage: Stage) -> int:
+    """Put the map side of an all-to-all (a partial aggregation, a shuffle's partitioning)
+    into the operator making its input, or into a map operator of its own: the barrier
+    then receives partial states or partitioned blocks, and the work overlaps the reads."""
+    prev = ops[src]
+    fusible = (
+        prev.kind in ("source", "map")
+        and prev.bundles is None
+        and not prev.uses_actors
+        and src == len(ops) - 1
+    )
+    if fusible:
+        prev.stages.append(stage)
+        prev.name = f"{prev.name}->{stage.name}"
+        prev.logical.append(stage.name)
+        return src
+    ops.append(PhysicalOp(stage.name, "map", (src,), stages=[stage], logical=[stage.name]))
+    return len(ops) - 1
 
 
 def explain(root: LogicalOp) -> str:
@@ -284,10 +363,14 @@ def explain(root: LogicalOp) -> str:
 
 
 def filter_expression(expr: Any) -> Any:
-    """Validate a ``filter(expr=...)`` argument: a ``pyarrow.compute.Expression``."""
+    """A ``filter(expr=...)`` argument as an Arrow expression: a
+    ``pyarrow.compute.Expression``, or a string such as ``"x > 5 and y == 'a'"`` (Ray's
+    form, parsed by ``_expr.py``, never evaluated)."""
+    if isinstance(expr, str):
+        return parse_expression(expr)
     if not isinstance(expr, pc.Expression):
         raise TypeError(
-            "filter(expr=...) takes a pyarrow.compute.Expression such as "
-            f"pc.field('x') > 5, got {type(expr).__name__}"
+            "filter(expr=...) takes a string such as 'x > 5' or a pyarrow.compute.Expression "
+            f"such as pc.field('x') > 5, got {type(expr).__name__}"
         )
     return expr

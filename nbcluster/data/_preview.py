@@ -139,7 +139,7 @@ class Preview:
                     + "</tr>"
                     for row in s.sample.to_pylist()
                 )
-                sample = f"<table style='font-size:12px'><tr>{head}</tr>{body}</table>"
+                sample = render("sample_table.html", head=Markup(head), body=Markup(body))
             parts.append(
                 render(
                     "preview_step.html",

@@ -14,12 +14,12 @@ The same snapshots go to the plan graphs that listen (:func:`add_listener`), whi
 from __future__ import annotations
 
 import contextlib
-import html
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nbcluster.data._display import Markup, render
 from nbcluster.data._stats import ExecutionStats, OpSnapshot, format_bytes, format_count
 
 __all__ = [
@@ -70,20 +70,10 @@ def in_notebook() -> bool:
 
 
 def render_rows(snaps: Sequence[OpSnapshot]) -> str:
-    """The operator table as HTML (every value escaped)."""
-    head = (
-        "<tr><th style='text-align:left'>operator</th><th></th><th>rows</th><th>blocks</th>"
-        "<th>in flight</th><th>rows/s</th><th style='text-align:left'>state</th></tr>"
-    )
+    """The operator table as HTML (from ``templates/progress_*.html``; values escaped)."""
     rows = []
     for s in snaps:
         frac = 1.0 if s.done else (min(s.rows_out / s.total_rows, 1.0) if s.total_rows else 0.0)
-        color = "#2ca02c" if s.done else "#1f77b4"
-        bar = (
-            "<div style='width:90px;height:8px;background:#eee;border-radius:3px'>"
-            f"<div style='width:{frac * 90:.0f}px;height:8px;background:{color};border-radius:3px'>"
-            "</div></div>"
-        )
         state = (
             "done"
             if s.done
@@ -91,28 +81,25 @@ def render_rows(snaps: Sequence[OpSnapshot]) -> str:
         )
         if s.actors:
             state += f" · {s.actors} actors"
-        cells = [
-            html.escape(s.name),
-            bar,
-            format_count(s.rows_out),
-            str(s.blocks_out),
-            format_bytes(s.usage_bytes),
-            format_count(s.rows_per_s),
-            html.escape(state),
-        ]
         rows.append(
-            "<tr>"
-            + "".join(
-                f"<td style='padding:1px 8px;text-align:{'left' if i in (0, 6) else 'right'}'>{c}</td>"
-                for i, c in enumerate(cells)
+            render(
+                "progress_row.html",
+                name=s.name,
+                width=f"{frac * 90:.0f}",
+                color="#2ca02c" if s.done else "#1f77b4",
+                rows=format_count(s.rows_out),
+                blocks=s.blocks_out,
+                in_flight=format_bytes(s.usage_bytes),
+                rate=format_count(s.rows_per_s),
+                state=state,
             )
-            + "</tr>"
         )
-    return (
-        "<table style='font-size:12px;border-collapse:collapse'>"
-        + head
-        + "".join(rows)
-        + "</table>"
+    return render("progress_table.html", rows=Markup("".join(rows)))
+
+
+def _header(label: str, state: str, details: str = "") -> str:
+    return render(
+        "progress_header.html", label=label or "Dataset execution", state=state, details=details
     )
 
 
@@ -136,13 +123,11 @@ class WidgetProgress:
         data["text/plain"] = self.text  # what a front end without widgets shows
         return data
 
-    def _header_text(self, used: int, budget: int, finished: bool, status: str = "") -> str:
-        what = html.escape(self.label or "Dataset execution")
-        state = status or ("finished" if finished else "running")
+    def _header_text(self, used: int, budget: int, finished: bool) -> str:
         mem = (
             f" · {format_bytes(used)} of {format_bytes(budget)} budget in flight" if budget else ""
         )
-        return f"<b>{what}</b> — {html.escape(state)}{mem}"
+        return _header(self.label, "finished" if finished else "running", mem)
 
     def update(self, snaps: Sequence[OpSnapshot], used: int, budget: int) -> None:
         """Redraw with new counters."""
@@ -153,11 +138,11 @@ class WidgetProgress:
     def close(self, stats: ExecutionStats) -> None:
         """The final state (the widget stays, frozen)."""
         self._table.value = render_rows(stats.ops)
-        what = html.escape(self.label or "Dataset execution")
-        self._header.value = (
-            f"<b>{what}</b> — {html.escape(stats.status)} in {stats.wall_time_s:.2f}s · peak "
-            f"{format_bytes(stats.peak_bytes_in_flight)} in flight of a "
-            f"{format_bytes(stats.budget_bytes)} budget"
+        self._header.value = _header(
+            self.label,
+            f"{stats.status} in {stats.wall_time_s:.2f}s",
+            f" · peak {format_bytes(stats.peak_bytes_in_flight)} in flight of a "
+            f"{format_bytes(stats.budget_bytes)} budget",
         )
         _notify(self.key, stats.ops, True)
 

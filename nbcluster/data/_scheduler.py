@@ -163,7 +163,6 @@ class OpState:
     done: bool = False
     cancelled: bool = False
     barrier_started: bool = False
-    barrier_outputs_expected: int = 0
     #: Bytes of outputs not yet consumed downstream (the operator's share of the budget).
     out_bytes: int = 0
     rows_out: int = 0
@@ -177,6 +176,8 @@ class OpState:
     next_seq: int = 0
     next_emit_seq: int = 0
     reorder: dict[int, list[BundleInfo]] = dataclasses.field(default_factory=dict)
+    #: First input (bundle id, or read-task index) of a lost task -> its output position.
+    retry_seq: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def running_out_est(self) -> int:
@@ -258,11 +259,15 @@ class StreamingState:
         self._check_done(op)
 
     def add_source_bundles(self, op: int, bundles: Sequence[BundleInfo]) -> None:
-        """Source ``op`` has these blocks ready (already in the store)."""
+        """Source ``op`` has these blocks ready (already in the store).
+
+        They do not count against the budget: the dataset holds them whatever the
+        execution does, so holding them back would only slow it down.
+        """
         st = self.ops[op]
         st.inputs_done = True
         for b in bundles:
-            self._output(op, [b], st.next_seq)
+            self._output(op, [b], st.next_seq, counted=False)
             st.next_seq += 1
         self._check_done(op)
 
@@ -292,13 +297,13 @@ class StreamingState:
             return
         if t.actor is not None and t.actor in st.actors:
             st.actors[t.actor] -= 1
+        # The re-run takes the lost task's place in the output order.
+        st.retry_seq[t.inputs[0].id] = t.seq
         if st.spec.kind == "source":
             st.sources_left.appendleft((t.inputs[0].id, t.inputs[0].rows, t.inputs[0].size))
             return
         for b in reversed(t.inputs):
             st.queue.appendleft(b)
-        # The re-run gets a new sequence number; keep the old one free for ordering.
-        st.reorder.setdefault(t.seq, [])
 
     def actor_died(self, op: int, actor: int) -> None:
         """Actor ``actor`` of ``op`` died (its tasks are reported by :meth:`task_lost`)."""
@@ -307,7 +312,6 @@ class StreamingState:
     def barrier_outputs(self, op: int, count: int) -> None:
         """Barrier ``op`` started ``count`` output tasks (numbered 0..count-1)."""
         st = self.ops[op]
-        st.barrier_outputs_expected = count
         for _ in range(count):
             tid = self._task_id()
             st.running[tid] = _Task(tid, (), 0, 0, None, st.next_seq)
@@ -326,11 +330,12 @@ class StreamingState:
             self.ops[producer].out_bytes -= size
 
     # ------------------------------------------------------------------ outputs
-    def _output(self, op: int, outputs: list[BundleInfo], seq: int) -> None:
+    def _output(self, op: int, outputs: list[BundleInfo], seq: int, counted: bool = True) -> None:
         st = self.ops[op]
         for b in outputs:
-            st.out_bytes += b.size
-            self._sizes[b.id] = (op, b.size)
+            size = b.size if counted else 0
+            st.out_bytes += size
+            self._sizes[b.id] = (op, size)
         if self.preserve_order:
             st.reorder[seq] = outputs
             while st.next_emit_seq in st.reorder:
@@ -429,8 +434,10 @@ class StreamingState:
             if kind == "union":
                 while st.queue:
                     b = st.queue.popleft()
+                    counted = self._counted(b)
                     self._drop(b)
-                    self._relabel(i, b)
+                    self._output(i, [b], st.next_seq, counted)
+                    st.next_seq += 1
                 self._check_done(i)
                 continue
             if kind == "barrier":
@@ -455,10 +462,10 @@ class StreamingState:
             out.append(Emit(self.consumer.popleft().id))
         return out
 
-    def _relabel(self, op: int, b: BundleInfo) -> None:
-        """A union passes ``b`` on: it now counts as the union's output."""
-        self._output(op, [b], self.ops[op].next_seq)
-        self.ops[op].next_seq += 1
+    def _counted(self, b: BundleInfo) -> bool:
+        """Whether ``b`` counts against the budget (blocks a dataset already held do not)."""
+        entry = self._sizes.get(b.id)
+        return entry is None or entry[1] > 0 or b.size == 0
 
     def _decide_barrier(self, i: int, out: list[Instruction]) -> None:
         st = self.ops[i]
@@ -484,10 +491,9 @@ class StreamingState:
             b = st.queue.popleft()
             if b.rows <= st.rows_left:
                 st.rows_left -= b.rows
-                entry = self._sizes.pop(b.id, None)
-                if entry is not None:
-                    self.ops[entry[0]].out_bytes -= entry[1]
-                self._output(i, [b], st.next_seq)
+                counted = self._counted(b)
+                self._drop(b)
+                self._output(i, [b], st.next_seq, counted)
                 st.next_seq += 1
             else:
                 in_bytes = self._take_inputs((b,))
@@ -609,12 +615,16 @@ class StreamingState:
 
     def _take_inputs(self, inputs: tuple[BundleInfo, ...]) -> int:
         """The producers' outputs become a task's pinned input; return their bytes."""
+        pinned = 0
         for b in inputs:
             entry = self._sizes.get(b.id)
             if entry is not None:
                 self.ops[entry[0]].out_bytes -= entry[1]
                 self._sizes[b.id] = (entry[0], 0)
-        return sum(b.size for b in inputs)
+                pinned += entry[1]  # 0 for blocks the dataset holds anyway
+            else:
+                pinned += b.size
+        return pinned
 
     def _new_task(
         self,
@@ -625,8 +635,11 @@ class StreamingState:
         in_bytes: int = 0,
     ) -> _Task:
         st = self.ops[i]
-        task = _Task(self._task_id(), inputs, in_bytes, est, actor, st.next_seq)
-        st.next_seq += 1
+        seq = st.retry_seq.pop(inputs[0].id, None) if inputs else None
+        if seq is None:
+            seq = st.next_seq
+            st.next_seq += 1
+        task = _Task(self._task_id(), inputs, in_bytes, est, actor, seq)
         st.running[task.id] = task
         return task
 
@@ -638,8 +651,9 @@ class StreamingState:
         st = self.ops[i]
         assert st.spec.actor_pool is not None
         lo, hi = st.spec.actor_pool
-        work = len(st.queue) + len(st.running)
-        if st.inputs_done and not st.queue:
+        waiting = len(st.queue) + len(st.sources_left)  # bundles, or reads of a fused source
+        work = waiting + len(st.running)
+        if st.inputs_done and not waiting:
             for actor, calls in list(st.actors.items()):
                 if calls == 0 and len(st.actors) > 0:
                     del st.actors[actor]
@@ -661,7 +675,7 @@ class StreamingState:
         if (
             st.actors
             and busy
-            and len(st.queue) > self.scale_up_ratio * len(st.actors)
+            and waiting > self.scale_up_ratio * len(st.actors)
             and want < hi
             and fits >= 1
         ):

@@ -27,7 +27,8 @@ from typing import Any
 
 import nbcluster
 from nbcluster.data._executor import Execution
-from nbcluster.data._logical import InputData, LogicalOp, RefBundle
+from nbcluster.data._logical import InputData, LogicalOp, RefBundle, known_schema
+from nbcluster.data._schema import Schema
 from nbcluster.data._tasks import slice_task
 from nbcluster.data.context import DataContext
 from nbcluster.data.iterator import DataIterator, Piece
@@ -222,6 +223,10 @@ class SplitCoordinator:
                     return ("wait",)
                 self._cond.wait(left)
 
+    def schema(self) -> Any:
+        """The dataset's Arrow schema if the plan knows it (None otherwise)."""
+        return known_schema(self._plan)
+
     def shutdown(self) -> None:
         """Stop the running epoch."""
         self._stop.set()
@@ -256,6 +261,11 @@ class StreamSplitDataIterator(DataIterator):
     def world_size(self) -> int:
         """How many consumers share the dataset."""
         return self._n
+
+    def schema(self) -> Schema | None:
+        """The dataset's schema, when the plan knows it without running."""
+        base = nbcluster.get(self._coordinator.schema.remote())
+        return None if base is None else Schema(base)
 
 
 def make_streaming_split(ds: Any, n: int, equal: bool) -> list[DataIterator]:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from nbcluster.data._block import (
@@ -30,6 +33,7 @@ from nbcluster.data._block import (
     row_views,
     rows_to_block,
 )
+from nbcluster.data.aggregate import aggregate_block
 
 __all__ = [
     "AddColumnStage",
@@ -37,7 +41,11 @@ __all__ = [
     "FlatMapStage",
     "MapBatchesStage",
     "MapRowsStage",
+    "PartialAggregateStage",
     "ProjectStage",
+    "SHUFFLE_KEY",
+    "SHUFFLE_OFFSETS",
+    "ShuffleMapStage",
     "Stage",
     "run_stages",
 ]
@@ -389,6 +397,65 @@ class ProjectStage(Stage):
         if self.rename:
             return table.rename_columns([self.rename.get(c, c) for c in have])
         return table
+
+
+@dataclasses.dataclass
+class PartialAggregateStage(Stage):
+    """The map side of a groupby: each block reduced to partial aggregation states.
+
+    Fused into the task that makes the blocks (a read, a map), so only the small partial
+    states go to the object store; the all-to-all step merges them.
+    """
+
+    keys: Sequence[str]
+    aggs: Sequence[Any]
+    name: str = "PartialAggregate"
+
+    def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        """The partial states of each block's groups."""
+        for table in blocks:
+            yield aggregate_block(table, self.keys, self.aggs)
+
+
+#: Schema metadata of a shuffle-mapped block: its partition offsets and ordering key.
+SHUFFLE_OFFSETS = b"nbcluster.shuffle.offsets"
+SHUFFLE_KEY = b"nbcluster.shuffle.key"
+
+
+def _content_key(table: pa.Table) -> int:
+    """A number that depends on the block's content (for repeatable seeded shuffles)."""
+    key = zlib.crc32(str(table.num_rows).encode())
+    if table.num_columns and table.num_rows:
+        head = table.column(0).slice(0, 64).to_pylist()
+        key = zlib.crc32(repr(head).encode(), key)
+    return key
+
+
+@dataclasses.dataclass
+class ShuffleMapStage(Stage):
+    """The map side of a random shuffle: rows get a random partition (of ``partitions``)
+    and the block comes out sorted by partition, with the offsets in its schema metadata.
+
+    Fused into the task that makes the blocks, so the shuffle costs one pass through the
+    object store before the reducers, not two; reducer j slices part j of every block.
+    """
+
+    partitions: int
+    seed: int | None = None
+    name: str = "ShuffleMap"
+
+    def apply(self, blocks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        """The task's rows (all its blocks: one output) permuted into partition order."""
+        table = concat(list(blocks))
+        key = _content_key(table)
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, key])
+        part = rng.integers(0, self.partitions, size=table.num_rows)
+        order = np.argsort(part, kind="stable")
+        counts = np.bincount(part, minlength=self.partitions)
+        offsets = [0, *np.cumsum(counts).tolist()]
+        out = table.take(pa.array(order)) if table.num_rows else table
+        meta = {SHUFFLE_OFFSETS: json.dumps(offsets).encode(), SHUFFLE_KEY: str(key).encode()}
+        yield out.replace_schema_metadata(meta)
 
 
 def run_stages(stages: Sequence[Stage], blocks: Iterable[pa.Table]) -> pa.Table:

@@ -324,10 +324,10 @@ class Dataset(ConsumeAPI):
         concurrency: int | tuple[int, int] | None = None,
         **ray_remote_args: Any,
     ) -> Dataset:
-        """Keep the rows where ``fn(row)`` is true, or where ``expr`` (a
-        ``pyarrow.compute.Expression``, e.g. ``pc.field("x") > 5``) holds. An ``expr``
-        right after ``read_parquet`` is pushed into the read: row groups it rules out are
-        never read."""
+        """Keep the rows where ``fn(row)`` is true, or where ``expr`` holds: a string such
+        as ``"x > 5 and y == 'a'"`` (as in Ray) or a ``pyarrow.compute.Expression``. An
+        ``expr`` is vectorized, and right after ``read_parquet`` it is pushed into the
+        read: row groups it rules out are never read."""
         if (fn is None) == (expr is None):
             raise ValueError(
                 "filter needs exactly one of fn (a row predicate) and expr (an expression)"

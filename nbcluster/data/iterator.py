@@ -23,6 +23,7 @@ import nbcluster
 from nbcluster._refs import ObjectRef
 from nbcluster.data._block import BATCH_FORMATS, block_to_batch, concat, iter_rows, metadata_of
 from nbcluster.data._logical import RefBundle
+from nbcluster.data._schema import Schema
 from nbcluster.data._torch import to_torch_batch, torch_device
 from nbcluster.data.context import DataContext
 
@@ -273,3 +274,7 @@ class DataIterator:
     def stats(self) -> str:
         """Execution statistics, when known (empty otherwise)."""
         return ""
+
+    def schema(self) -> Schema | None:
+        """The schema of the rows, when it is known without running anything."""
+        return None

@@ -282,7 +282,7 @@ def read_parquet(
     ``pyarrow.compute.Expression``) skips row groups its statistics rule out and drops
     the rows it rejects. Schema and row count come from the footers, without reading data."""
     if filter is not None:
-        filter_expression(filter)
+        filter = filter_expression(filter)
     common = _read_common({"override_num_blocks": override_num_blocks})
 
     def plan(cols: list[str] | None, expr: Any) -> tuple[list[ReadTask], pa.Schema]:

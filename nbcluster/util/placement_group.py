@@ -130,7 +130,7 @@ def placement_group(
         namespace=client.namespace,
     )
     try:
-        client.run(
+        reply = client.run(
             lambda: client.head().CreatePlacementGroup(
                 pb.CreatePlacementGroupRequest(pg=info), timeout=10
             )
@@ -139,6 +139,7 @@ def placement_group(
         if err.code().name == "ALREADY_EXISTS":
             raise ValueError(err.details()) from None
         raise to_exception(err, Peer.HEAD, "CreatePlacementGroup") from None
+    client.remember_placement_group(reply)  # placed already: ready() need not ask
     return PlacementGroup(pg_id, specs, name)
 
 

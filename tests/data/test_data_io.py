@@ -75,6 +75,8 @@ def test_projection_and_filter_pushed_into_the_read(
     direct = data.read_parquet(str(parquet_dir), columns=["b"], filter=pc.field("a") < 10)
     assert direct.to_pandas().b.tolist() == [i * 0.5 for i in range(10)]
     assert data.read_parquet(str(parquet_dir)).limit(30).count() == 30
+    as_text = data.read_parquet(str(parquet_dir)).filter(expr="a >= 350 and s != 'r399'")
+    assert optimize(as_text._plan).filter is not None and as_text.count() == 49
 
 
 def test_paths_globs_lists_uris_and_filesystems(shared_cluster: object, parquet_dir: Path) -> None:
@@ -82,6 +84,7 @@ def test_paths_globs_lists_uris_and_filesystems(shared_cluster: object, parquet_
     assert data.read_parquet(str(parquet_dir / "part-[01].parquet")).count() == 200
     assert data.read_parquet(files[:3]).count() == 300
     assert data.read_parquet(f"file://{parquet_dir}").count() == 400
+    assert data.read_parquet(f"local://{parquet_dir}").count() == 400
     fs = pafs.SubTreeFileSystem(str(parquet_dir), pafs.LocalFileSystem())
     sub = data.read_parquet("part-3.parquet", filesystem=fs)
     assert sub.take(1) == [{"a": 300, "b": 150.0, "s": "r300"}]

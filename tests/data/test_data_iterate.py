@@ -84,6 +84,8 @@ class _Worker:
 def test_streaming_split_feeds_actors(shared_cluster: object, equal: bool) -> None:
     ds = data.range(1001, override_num_blocks=9).map_batches(lambda b: {"id": b["id"]})
     its = ds.streaming_split(2, equal=equal)
+    assert its[0].schema() is None  # a map's output schema is unknown until it runs
+    assert data.range(5).streaming_split(1)[0].schema().names == ["id"]
     workers = [_Worker.remote() for _ in its]
     results = nbcluster.get([w.consume.remote(it, 2) for w, it in zip(workers, its, strict=True)])
     for epoch in range(2):

@@ -110,7 +110,7 @@ def test_plan_view_follows_the_execution(shared_cluster: object) -> None:
     ds.materialize()
     assert view.updates >= 1
     text = view.text()
-    assert "0 [done] ReadRange->MapBatches(_slow): 200 rows" in text
+    assert "0 [done] ReadRange->MapBatches(_slow)->ShuffleMap: 200 rows" in text
     assert "1 <- 0 [done] RandomShuffle: 200 rows" in text
     assert "rows/s" in text and "in flight" in text
     view.close()

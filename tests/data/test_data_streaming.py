@@ -103,12 +103,15 @@ def test_interrupt_cancels_tasks_and_stops_pools(small_store: None, pool: bool) 
         ds = ds.map_batches(_Slow, concurrency=(1, 2))
     else:
         ds = ds.map_batches(lambda b: (time.sleep(0.3), b)[1])
-    timer = _interrupt_main_after(1.0)
+    timer = None
     seen = 0
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         for _ in ds.iter_batches(batch_size=None, prefetch_batches=0):
             seen += 1
+            if timer is None:  # the pipeline is running: interrupt it from "the kernel"
+                timer = _interrupt_main_after(0.3)
+                started = time.monotonic()
+    assert timer is not None
     timer.join()
     assert time.monotonic() - started < 10
     assert 0 < seen < 100

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import nbcluster
-from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.protocol.rpc import pb, pb_grpc
 from nbcluster.config import Config
 from nbcluster.exceptions import GetTimeoutError
@@ -282,6 +282,32 @@ def test_numpy_from_the_store_is_read_only_and_zero_copy(shared_cluster):
     assert writeable is False
 
 
+@nbcluster.remote
+def where_is_my_argument(arr):
+    """(pid, the file mapped at the array's address, its start address, writeable)."""
+    address = arr.__array_interface__["data"][0]
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                path = fields[5].strip() if len(fields) > 5 else ""
+                return os.getpid(), path, start, arr.flags.writeable
+    return os.getpid(), "", 0, arr.flags.writeable
+
+
+def test_tasks_map_a_large_put_argument_without_copying_it(shared_cluster):
+    src = np.ones(8 * MiB // 8)
+    ref = nbcluster.put(src)
+    oid_hex = ref.hex()
+    results = nbcluster.get([where_is_my_argument.remote(ref) for _ in range(8)])
+    for _pid, path, _start, writeable in results:
+        # The array lives in the store's file itself: a shared mapping, no private copy.
+        assert os.path.basename(path.split(" (deleted)")[0]) == oid_hex, path
+        assert writeable is False
+    assert len({pid for pid, *_ in results}) <= 2  # the cluster's two workers
+
+
 def test_value_survives_after_the_task_that_made_it_finished(node):
     ref = ones.remote(10**6)
     first = nbcluster.get(ref)
@@ -447,24 +473,26 @@ def test_prepare_store_dir_falls_back_to_files_with_one_warning(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # Enough room: shared memory, no warning.
-        path, file_backed = objstore.prepare_store_dir(
+        path, file_backed = storedirs.prepare_store_dir(
             session + "-roomy", "aa01", MiB, base_dir=str(base), fallback_dir=str(fallback)
         )
         assert file_backed is False
         assert Path(path).parent.parent == base and Path(path).is_dir()
         assert caught == []
         # Capacity larger than the free space: ordinary files under the fallback dir.
-        path, file_backed = objstore.prepare_store_dir(
+        path, file_backed = storedirs.prepare_store_dir(
             session, "aa01", free + 2**30, base_dir=str(base), fallback_dir=str(fallback)
         )
-        path2, file_backed2 = objstore.prepare_store_dir(
+        path2, file_backed2 = storedirs.prepare_store_dir(
             session, "aa02", free + 2**30, base_dir=str(base), fallback_dir=str(fallback)
         )
     assert file_backed is True and file_backed2 is True
     assert Path(path) == fallback / f"nbcluster-{session}" / "aa01"
     assert Path(path2) == fallback / f"nbcluster-{session}" / "aa02"
     assert Path(path).is_dir() and (Path(path).stat().st_mode & 0o777) == 0o700
-    fallback_warnings = [w for w in caught if issubclass(w.category, objstore.StoreFallbackWarning)]
+    fallback_warnings = [
+        w for w in caught if issubclass(w.category, storedirs.StoreFallbackWarning)
+    ]
     assert len(fallback_warnings) == 1, [str(w.message) for w in caught]
     assert len(caught) == 1
     text = str(fallback_warnings[0].message)

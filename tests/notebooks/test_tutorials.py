@@ -261,7 +261,7 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"Dataset\(num_rows=200000, schema=\{id: int64, city: int64, f0: double",
         ],
         "check-plan": [
-            r"^ReadParquet -> Filter\(\(id >= 150000\)\) -> Project\(id, city, f0, f1\) -> "
+            r"^ReadParquet -> Filter\(id >= 150000\) -> Project\(id, city, f0, f1\) -> "
             r"MapBatches\(standardize\)$",
             r"^ReadParquet\[columns=id,city,f0,f1; filter=\(id >= 150000\)\] -> "
             r"MapBatches\(standardize\)$",
@@ -273,13 +273,14 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"^1\. MapBatches\(standardize\) -> 5000 rows; id: int64, city: int64, x0: double, "
             r"x1: double$",
         ],
-        "check-progress": [WIDGET, r"\(live progress\): .*-> MapBatches\(Model\)$"],
+        "check-progress": [WIDGET, r"\(live progress\): ReadParquet.*->MapBatches\(Model\)$"],
         "check-predictions": [
             r"^predicted 50,000 rows in 10 blocks$",
             r"^model instances used: [12] \(at most 2\)$",
         ],
         "check-stats": [
-            r"^Operator 1 MapBatches\(Model\): 10 tasks executed",
+            r"^Operator 0 ReadParquet.*->MapBatches\(standardize\)->MapBatches\(Model\): 10 "
+            r"tasks executed",
             r"^\* Object store budget: [\d.]+ GiB; peak bytes in flight: [\d.]+ \w+$",
             r"^\* Spilled to disk during the execution: 0 B$",
         ],

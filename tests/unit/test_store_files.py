@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import fcntl
+import gc
 import mmap
 import os
 import shutil
@@ -15,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 
-from nbcluster._runtime.objects import store
+from nbcluster._runtime.objects import dirs, store
 from nbcluster._runtime.serialization import ALIGNMENT, deserialize, serialize
 
 MiB = 1 << 20
@@ -173,14 +175,101 @@ def test_freed_files_are_reused(shm_dir: str) -> None:
     np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(3))), c)
 
 
-def test_a_mapped_file_is_never_recycled(shm_dir: str) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_recycled_file_is_written_through_a_mapping(shm_dir: str, monkeypatch, threads) -> None:
+    monkeypatch.setattr(store, "copy_threads", threads)
+    monkeypatch.setattr(store, "_PARALLEL_COPY_MIN", 1 * MiB)  # split even this small value
+    store.allocate_pool_files(shm_dir, [8 * MiB])
+    calls = []
+    real = store._write_mapped
+    monkeypatch.setattr(store, "_write_mapped", lambda *a: calls.append(a[1]) or real(*a))
+    # Odd sizes and several buffers: the split and the gaps between buffers must be exact.
+    value = {
+        "a": np.arange(3 * MiB // 8 + 3, dtype=np.float64),
+        "b": np.frombuffer(os.urandom(MiB + 17), dtype=np.uint8),
+        "tail": b"x" * 1000,
+    }
+    sv = serialize(value)
+    store.write_object(shm_dir, oid(1), sv)
+    assert calls == [sv.total_size]
+    out = deserialize(store.read_object(shm_dir, oid(1)))
+    np.testing.assert_array_equal(out["a"], value["a"])
+    np.testing.assert_array_equal(out["b"], value["b"])
+    assert out["tail"] == value["tail"]
+    with open(store.object_path(shm_dir, oid(1)), "rb") as f:
+        assert f.read() == sv.to_bytes()
+
+
+def test_a_smaller_pool_file_is_written_without_a_mapping(shm_dir: str, monkeypatch) -> None:
+    # Its extra pages are not allocated: a mapping could SIGBUS on a full disk.
+    store.allocate_pool_files(shm_dir, [2 * MiB])
+    monkeypatch.setattr(store, "_write_mapped", lambda *a: pytest.fail("mapped"))
+    arr = np.arange(4 * MiB // 8, dtype=np.float64)
+    store.write_object(shm_dir, oid(1), serialize(arr))
+    assert pool(shm_dir) == []  # the pool file was used all the same
+    np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(1))), arr)
+
+
+def test_allocate_pool_files(shm_dir: str, monkeypatch) -> None:
+    assert store.allocate_pool_files(shm_dir, [2 * MiB, 3 * MiB]) == 5 * MiB
+    assert sorted(store.pool_file_sizes(shm_dir)) == [2 * MiB, 3 * MiB]
+    for name in pool(shm_dir):
+        st = os.stat(os.path.join(shm_dir, store.FREE_DIR, name))
+        assert st.st_blocks * 512 >= st.st_size  # the pages are allocated
+    assert store.spare_bytes(shm_dir) > 0
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "full")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert store.allocate_pool_files(shm_dir, [MiB]) == 0
+    assert sorted(store.pool_file_sizes(shm_dir)) == [2 * MiB, 3 * MiB]  # nothing half-made
+    assert len(pool(shm_dir)) == 2
+
+
+def test_a_mapped_file_waits_until_its_readers_are_gone(shm_dir: str) -> None:
     a = np.ones(2 * MiB // 8)
     store.write_object(shm_dir, oid(1), serialize(a))
     held = deserialize(store.read_object(shm_dir, oid(1)))  # fd closed, mapping alive
-    assert store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB) > 0
-    assert pool(shm_dir) == []  # unlinked instead
-    store.write_object(shm_dir, oid(2), serialize(np.zeros(2 * MiB // 8)))
+    size = store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)
+    assert size > 0
+    assert listing(shm_dir) == [store.FREE_DIR]  # nobody can open it by its name
+    assert [n.split("-")[:2] for n in pool(shm_dir)] == [[".busy", str(size)]]  # hidden
+    assert store.pool_file_sizes(shm_dir) == []
+    assert store.free_pool_bytes(shm_dir) == size  # counts against the pool's limit
+    assert store.promote_waiting(shm_dir) == 0  # still mapped
+    store.write_object(shm_dir, oid(2), serialize(np.zeros(2 * MiB // 8)))  # a new file
     assert held.sum() == a.sum()  # the reader's view did not change
+    del held
+    gc.collect()
+    assert store.promote_waiting(shm_dir) == size
+    assert store.pool_file_sizes(shm_dir) == [size]
+    store.write_object(shm_dir, oid(3), serialize(np.full(2 * MiB // 8, 3.0)))
+    assert pool(shm_dir) == []  # reused
+    assert deserialize(store.read_object(shm_dir, oid(3)))[0] == 3.0
+
+
+def test_waiting_files_are_trimmed_first(shm_dir: str) -> None:
+    for n in (1, 2):
+        store.write_object(shm_dir, oid(n), serialize(np.ones(2 * MiB // 8)))
+    held = store.read_object(shm_dir, oid(1))
+    store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)  # waits
+    size = store.delete_object(shm_dir, oid(2), recycle_limit=64 * MiB)  # pooled
+    assert store.trim_free_pool(shm_dir, keep_bytes=size) == size
+    assert store.pool_file_sizes(shm_dir) == [size]  # the usable one stays
+    assert held.nbytes == size
+
+
+def test_without_leases_a_mapped_file_is_unlinked(shm_dir: str, monkeypatch) -> None:
+    def no_lease(fd, cmd, arg=0):
+        if cmd == fcntl.F_SETLEASE:
+            raise OSError(errno.EINVAL, "no leases here")
+        return 0
+
+    monkeypatch.setattr(fcntl, "fcntl", no_lease)
+    store.write_object(shm_dir, oid(1), serialize(np.ones(2 * MiB // 8)))
+    assert store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB) > 0
+    assert pool(shm_dir) == []
 
 
 def test_a_file_mapped_by_another_process_is_never_recycled(shm_dir: str) -> None:
@@ -202,7 +291,8 @@ def test_a_file_mapped_by_another_process_is_never_recycled(shm_dir: str) -> Non
     try:
         assert child.stdout.readline().strip() == "mapped"
         store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)
-        assert pool(shm_dir) == []
+        assert store.pool_file_sizes(shm_dir) == []  # it waits, hidden
+        assert store.promote_waiting(shm_dir) == 0
     finally:
         child.stdin.close()
         child.wait(timeout=30)
@@ -294,11 +384,11 @@ def test_restore_reuses_a_pooled_file(shm_dir: str, tmp_path) -> None:
 def test_prepare_store_dir_in_shared_memory(tmp_path) -> None:
     base = tmp_path / "shm"
     base.mkdir()
-    path, file_backed = store.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base))
+    path, file_backed = dirs.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base))
     assert path == str(base / "nbcluster-s1" / "ab01") and file_backed is False
     assert os.stat(path).st_mode & 0o777 == 0o700
-    assert store.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base)) == (path, False)
-    store.remove_store_dir(path)
+    assert dirs.prepare_store_dir("s1", "ab01", 1 * MiB, base_dir=str(base)) == (path, False)
+    dirs.remove_store_dir(path)
     assert not os.path.exists(base / "nbcluster-s1")
 
 
@@ -306,8 +396,8 @@ def test_small_shared_memory_falls_back_with_one_warning(tmp_path) -> None:
     base, fallback = tmp_path / "shm", tmp_path / "disk"
     base.mkdir()
     huge = 1 << 60
-    with pytest.warns(store.StoreFallbackWarning) as record:
-        path, file_backed = store.prepare_store_dir(
+    with pytest.warns(dirs.StoreFallbackWarning) as record:
+        path, file_backed = dirs.prepare_store_dir(
             "s2", "ab01", huge, base_dir=str(base), fallback_dir=str(fallback)
         )
     assert file_backed is True and path == str(fallback / "nbcluster-s2" / "ab01")
@@ -318,12 +408,12 @@ def test_small_shared_memory_falls_back_with_one_warning(tmp_path) -> None:
     assert "--shm-size" in message and "object_store_memory" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second node of the same session: no new warning
-        store.prepare_store_dir("s2", "ab02", huge, base_dir=str(base), fallback_dir=str(fallback))
+        dirs.prepare_store_dir("s2", "ab02", huge, base_dir=str(base), fallback_dir=str(fallback))
 
 
 def test_missing_base_dir_falls_back(tmp_path) -> None:
-    with pytest.warns(store.StoreFallbackWarning, match="does not exist"):
-        path, file_backed = store.prepare_store_dir(
+    with pytest.warns(dirs.StoreFallbackWarning, match="does not exist"):
+        path, file_backed = dirs.prepare_store_dir(
             "s3", "ab01", MiB, base_dir=str(tmp_path / "nope"), fallback_dir=str(tmp_path)
         )
     assert file_backed and path.startswith(str(tmp_path))
@@ -332,7 +422,7 @@ def test_missing_base_dir_falls_back(tmp_path) -> None:
 @pytest.mark.parametrize("session, node", [("../etc", "ab"), ("s", "a/b"), ("", "ab"), ("s", "..")])
 def test_unsafe_names_are_rejected(tmp_path, session: str, node: str) -> None:
     with pytest.raises(ValueError, match="must be letters"):
-        store.prepare_store_dir(session, node, MiB, base_dir=str(tmp_path))
+        dirs.prepare_store_dir(session, node, MiB, base_dir=str(tmp_path))
 
 
 def test_a_planted_symlink_is_refused(tmp_path) -> None:
@@ -340,29 +430,29 @@ def test_a_planted_symlink_is_refused(tmp_path) -> None:
     target.mkdir()
     (tmp_path / "nbcluster-s4").symlink_to(target)
     with pytest.raises(PermissionError, match="not a directory owned by this user"):
-        store.prepare_store_dir("s4", "ab01", MiB, base_dir=str(tmp_path))
+        dirs.prepare_store_dir("s4", "ab01", MiB, base_dir=str(tmp_path))
 
 
 def test_default_store_capacity(monkeypatch, tmp_path) -> None:
     GiB = 1 << 30
-    monkeypatch.setattr(store, "_usable_memory", lambda: 10 * GiB)
-    monkeypatch.setattr(store, "_free_bytes", lambda path: 20 * GiB)
-    assert store.default_store_capacity() == 3 * GiB  # 30% of memory
-    monkeypatch.setattr(store, "_free_bytes", lambda path: 2 * GiB)
-    assert store.default_store_capacity() == int(2 * GiB * 0.9)  # fits in /dev/shm
-    monkeypatch.setattr(store, "_free_bytes", lambda path: 64 * 1000 * 1000)  # Docker's 64 MB
-    assert store.default_store_capacity() == 3 * GiB  # too small to use: file-backed, full size
-    monkeypatch.setattr(store, "_free_bytes", lambda path: None)
-    assert store.default_store_capacity() == 3 * GiB
-    monkeypatch.setattr(store, "_usable_memory", lambda: 100 * MiB)
-    assert store.default_store_capacity() == store.MIN_CAPACITY
+    monkeypatch.setattr(dirs, "_usable_memory", lambda: 10 * GiB)
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: 20 * GiB)
+    assert dirs.default_store_capacity() == 3 * GiB  # 30% of memory
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: 2 * GiB)
+    assert dirs.default_store_capacity() == int(2 * GiB * 0.9)  # fits in /dev/shm
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: 64 * 1000 * 1000)  # Docker's 64 MB
+    assert dirs.default_store_capacity() == 3 * GiB  # too small to use: file-backed, full size
+    monkeypatch.setattr(dirs, "free_bytes", lambda path: None)
+    assert dirs.default_store_capacity() == 3 * GiB
+    monkeypatch.setattr(dirs, "_usable_memory", lambda: 100 * MiB)
+    assert dirs.default_store_capacity() == dirs.MIN_CAPACITY
 
 
 def test_usable_memory_respects_the_cgroup_limit(monkeypatch) -> None:
-    monkeypatch.setattr(store, "_cgroup_memory_limit", lambda: 512 * MiB)
-    assert store._usable_memory() == 512 * MiB
-    monkeypatch.setattr(store, "_cgroup_memory_limit", lambda: None)
-    assert store._usable_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(dirs, "_cgroup_memory_limit", lambda: 512 * MiB)
+    assert dirs._usable_memory() == 512 * MiB
+    monkeypatch.setattr(dirs, "_cgroup_memory_limit", lambda: None)
+    assert dirs._usable_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
@@ -371,12 +461,79 @@ def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
     (root / "user.slice" / "me").mkdir(parents=True)
     (root / "memory").mkdir()
     proc.write_text("0::/user.slice/me\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) is None  # no files at all
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) is None  # no files at all
     (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) is None  # v1 "unlimited"
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) is None  # v1 "unlimited"
     (root / "memory" / "memory.limit_in_bytes").write_text("1073741824\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) == 1 << 30
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) == 1 << 30
     (root / "memory.max").write_text("max\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) is None
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) is None
     (root / "user.slice" / "me" / "memory.max").write_text("536870912\n")
-    assert store._cgroup_memory_limit(str(proc), str(root)) == 512 * MiB
+    assert dirs._cgroup_memory_limit(str(proc), str(root)) == 512 * MiB
+
+
+# -- mappings a worker keeps between tasks -------------------------------------------------------
+
+
+def test_mapped_objects_keeps_recent_mappings_within_limits() -> None:
+    kept = store.MappedObjects(max_bytes=10, max_count=3)
+    views = {n: memoryview(bytearray(4)) for n in range(5)}
+    assert kept.get(b"a") is None and kept.hits == 0
+    kept.keep(b"a", views[0])
+    kept.keep(b"b", views[1])
+    assert kept.get(b"a") is views[0] and kept.hits == 1  # a is now the most recent
+    kept.keep(b"c", views[2])  # 12 bytes > 10: the least recently used (b) goes
+    assert kept.get(b"b") is None and len(kept) == 2
+    kept.keep(b"big", memoryview(bytearray(11)))  # larger than the whole budget: not kept
+    assert kept.get(b"big") is None
+    kept.keep(b"a", views[3])  # replacing an entry does not count it twice
+    assert kept.get(b"a") is views[3] and len(kept) == 2
+    kept.clear()
+    assert len(kept) == 0 and kept.get(b"a") is None
+    counted = store.MappedObjects(max_bytes=100, max_count=2)
+    for name in (b"x", b"y", b"z"):
+        counted.keep(name, views[4])
+    assert counted.get(b"x") is None and len(counted) == 2
+
+
+# -- stores left behind by node managers that were killed -----------------------------------
+
+
+def test_a_dead_node_managers_store_is_swept_and_a_live_ones_kept(tmp_path) -> None:
+    base = tmp_path / "shm"
+    base.mkdir()
+    live, _ = dirs.prepare_store_dir("s1", "aa01", MiB, base_dir=str(base))
+    lock = dirs.lock_store_dir(live)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from nbcluster._runtime.objects import dirs
+        path, _ = dirs.prepare_store_dir("s2", "bb02", 1 << 20, base_dir={str(base)!r})
+        dirs.lock_store_dir(path)
+        open(path + "/obj", "wb").write(b"x" * 5000)
+        print(path, flush=True)
+        sys.stdin.read()
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        dead = child.stdout.readline().strip()
+        assert os.path.isdir(dead)
+        assert dirs.sweep_stale_stores(str(base)) == 0  # both nodes alive: nothing goes
+        child.kill()  # like SIGKILL: no cleanup
+        child.wait(timeout=30)
+        freed = dirs.sweep_stale_stores(str(base))
+        assert freed >= 5000
+        assert not os.path.exists(os.path.dirname(dead))  # its empty session dir went too
+        assert os.path.isdir(live)
+        no_lock = base / "nbcluster-s3" / "cc03"  # an older version's: left alone
+        no_lock.mkdir(parents=True)
+        assert dirs.sweep_stale_stores(str(base)) == 0 and no_lock.is_dir()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    os.close(lock)  # this "node" ends too: its store is stale now
+    dirs.sweep_stale_stores(str(base))
+    assert not os.path.exists(live)

@@ -137,11 +137,12 @@ class ActorSubmitter:
         failures = 0
         while not self.closed:
             try:
+                # A long wait: an idle handle costs the head one RPC per 10 minutes.
                 info = await head().WaitActor(
                     pb.WaitActorRequest(
-                        actor_id=conn.actor_id, after_version=conn.version, timeout=20.0
+                        actor_id=conn.actor_id, after_version=conn.version, timeout=600.0
                     ),
-                    timeout=30,
+                    timeout=630,
                 )
             except RpcError as err:
                 failures += 1

@@ -617,6 +617,11 @@ class CoreClient:
     def forget_placement_group(self, pg_id: bytes) -> None:
         self._pg_cache.pop(pg_id, None)
 
+    def remember_placement_group(self, info: Any) -> None:
+        """A group the head answered as CREATED: ``ready()`` needs no wait for it."""
+        if info.state == pb.PlacementGroupInfo.CREATED:
+            self._pg_cache[info.pg_id] = info
+
     def placement_ready_ref(self, pg_id: bytes) -> Any:
         """An owned ref that becomes ready (True) when the group is created."""
         from nbcluster._refs import ObjectRef

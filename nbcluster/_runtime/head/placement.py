@@ -1,24 +1,43 @@
 """Placement groups at the head: gang reservation of bundles across nodes.
 
-The head picks a node per bundle with :func:`place_bundles` on its cluster view, then
-reserves them with two phases: ``PrepareBundle`` on every chosen node, and ``CommitBundle``
-on all of them only if every prepare succeeded (else ``CancelBundle`` on those that did).
-So a group is reserved entirely or not at all. A group that cannot be placed stays
-PENDING and is retried; its ``message`` says why (for example, it can never fit).
+The head picks a node per bundle with :func:`place_bundles` on its cluster view and
+charges the view at once (so groups placed concurrently do not pick the same room), then
+reserves the bundles on their nodes, a whole node's share per call (``bundles.proto``):
+
+- a group on **one node** is prepared and committed in a single ``PrepareBundles(commit)``,
+  all or nothing on that node;
+- a group on **several nodes** takes two phases: ``PrepareBundles`` on every node, then
+  ``CommitBundles`` on all of them only if every prepare succeeded (else
+  ``CancelBundles`` on those that did).
+
+So a group is reserved entirely or not at all. ``CreatePlacementGroup`` tries at once and
+answers when the group is placed (or after ``place_wait_s``), so a free cluster answers
+``CREATED`` and ``ready()`` costs no wait; the record is written once, in that state. A
+group that cannot be placed stays PENDING with a ``message`` saying why (for example, it
+can never fit), and is tried again when the cluster's resources change (a node joins or
+reports, a group is removed): nothing polls. ``RemovePlacementGroup`` answers once the
+nodes cancelled the bundles (one call per node), so no new task starts in a removed
+group; a restarted head sends the removals it knows of again, in case one was lost.
+The last ``removed_kept``
+removed groups are kept for the state API; older ones are forgotten (in memory and on
+disk), so a long-running cluster does not grow without end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
 
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.protocol.errors import RpcError
-from nbcluster._runtime.protocol.rpc import Channels, pb
+from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
+from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, RetryingStub, pb
 from nbcluster._runtime.scheduling.policy import NodeView, bundle_resource_names, place_bundles
 
 log = logging.getLogger(__name__)
@@ -28,6 +47,7 @@ PENDING, CREATED, REMOVED = (
     pb.PlacementGroupInfo.CREATED,
     pb.PlacementGroupInfo.REMOVED,
 )
+WAITING_FOR_RESOURCES = "waiting for resources to free up"
 
 
 class PlacementGroupManager:
@@ -37,16 +57,28 @@ class PlacementGroupManager:
         self,
         state: HeadState,
         channels: Channels,
-        persist: Any = None,
+        persist: Callable[[pb.PlacementGroupInfo], None] | None = None,
+        forget: Callable[[Iterable[bytes]], None] | None = None,
+        *,
+        removed_kept: int = 1000,
+        place_wait_s: float = 2.0,
     ) -> None:
         self.persist = persist
+        self.forget = forget
         self.state = state
         self.channels = channels
+        self.removed_kept = removed_kept
+        self.place_wait_s = place_wait_s
         self.groups: dict[bytes, pb.PlacementGroupInfo] = {}
         self.names: dict[tuple[str, str], bytes] = {}
         self.waiters: dict[bytes, list[asyncio.Future[None]]] = {}
+        self.removed: collections.deque[bytes] = collections.deque()
+        self.placing: set[bytes] = set()  # groups with a placement attempt in flight
+        self.pending: dict[bytes, pb.PlacementGroupInfo] = {}  # PENDING groups, oldest first
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self._stubs: dict[str, Any] = {}
+        self._releasing: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._loop())
@@ -60,9 +92,31 @@ class PlacementGroupManager:
         for pg in groups:
             pg.version += 1
             self.groups[pg.pg_id] = pg
-            if pg.name and pg.state != REMOVED:
+            if pg.state == REMOVED:
+                self.removed.append(pg.pg_id)
+            elif pg.name:
                 self.names[(pg.namespace, pg.name)] = pg.pg_id
+            if pg.state == PENDING:
+                self.pending[pg.pg_id] = pg
+        self._prune()
+        # A removal may not have reached its nodes before the old head stopped: release
+        # again, one call per node (nodes ignore bundles they no longer hold).
+        releases: dict[str, list[Any]] = {}
+        for pg_id in self.removed:
+            pg = self.groups[pg_id]
+            for address, indexes in _by_node(pg.bundle_node_addresses).items():
+                releases.setdefault(address, []).append(self._request(pg, indexes))
+        loop = asyncio.get_running_loop()
+        for address, batch in releases.items():
+            task = loop.create_task(self._send_releases(address, batch))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
         self.wake.set()
+
+    def resources_changed(self) -> None:
+        """A node joined, left or reported new availability: retry waiting groups."""
+        if self._waiting():
+            self.wake.set()
 
     def _changed(self, pg: pb.PlacementGroupInfo) -> None:
         pg.version += 1
@@ -74,6 +128,10 @@ class PlacementGroupManager:
         for fut in self.waiters.pop(pg.pg_id, []):
             if not fut.done():
                 fut.set_result(None)
+
+    def _waiting(self) -> list[pb.PlacementGroupInfo]:
+        """Pending groups with no placement attempt in flight, oldest first."""
+        return [g for g in self.pending.values() if g.pg_id not in self.placing]
 
     # -- RPCs ------------------------------------------------------------------------------
     async def create(
@@ -96,11 +154,22 @@ class PlacementGroupManager:
                     f"a placement group named {pg.name!r} already exists; remove it or pick another name",
                 )
             self.names[key] = pg.pg_id
+        waiting = self._waiting()  # groups placed earlier go first
         pg.state = PENDING
         pg.version = 0
         self.groups[pg.pg_id] = pg
-        self._changed(pg)
-        self.wake.set()
+        self.pending[pg.pg_id] = pg
+        if waiting:
+            self._changed(pg)
+            self.wake.set()
+            return pg
+        # Place it now; the record is written once, in its final state, when that is quick.
+        # (Were the head to die before the reply, the driver retries the create.)
+        attempt = asyncio.ensure_future(self._try_place(pg))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(attempt), timeout=self.place_wait_s)
+        if pg.version == 0:  # nothing recorded it yet (still pending, no message)
+            self._changed(pg)
         return pg
 
     async def wait(
@@ -139,19 +208,51 @@ class PlacementGroupManager:
         return pb.ListPlacementGroupsReply(groups=list(self.groups.values()))
 
     async def _remove(self, pg: pb.PlacementGroupInfo) -> None:
+        """Mark the group removed, cancel its bundles on its nodes (one call per node), and
+        give their resources back to the view; the caller hears back once the nodes did,
+        so no new task can start in the group after ``remove_placement_group`` returns."""
         if pg.state == REMOVED:
             return
         was_created = pg.state == CREATED
         pg.state = REMOVED
+        self.pending.pop(pg.pg_id, None)
+        self._changed(pg)
+        self.removed.append(pg.pg_id)
+        self._prune()
         if was_created:
             await asyncio.gather(
                 *(
-                    self._bundle_rpc("CancelBundle", addr, pg, i)
-                    for i, addr in enumerate(pg.bundle_node_addresses)
+                    self._bundles_rpc("CancelBundles", address, pg, indexes)
+                    for address, indexes in _by_node(pg.bundle_node_addresses).items()
                 ),
                 return_exceptions=True,
             )
-        self._changed(pg)
+            self._refund(pg, list(pg.bundle_node_ids), created=True)
+            self.resources_changed()
+
+    async def _send_releases(self, address: str, releases: list[Any]) -> None:
+        """Cancel several groups' bundles on one node in one call (after a head restart)."""
+        req = bundles_pb2.BundlesRequest(release=releases)
+        with contextlib.suppress(RpcError):
+            await self._stub(address).PrepareBundles(req, timeout=10)
+
+    def _prune(self) -> None:
+        """Forget the oldest removed groups beyond ``removed_kept``."""
+        gone = []
+        while len(self.removed) > self.removed_kept:
+            pg_id = self.removed.popleft()
+            pg = self.groups.get(pg_id)
+            if pg is None or pg.state != REMOVED:
+                continue
+            del self.groups[pg_id]
+            if pg.name and self.names.get((pg.namespace, pg.name)) == pg_id:
+                del self.names[(pg.namespace, pg.name)]
+            gone.append(pg_id)
+        if gone and self.forget is not None:
+            try:
+                self.forget(gone)
+            except Exception:  # noqa: BLE001 - persistence must not stop the head
+                log.exception("could not forget removed placement groups")
 
     def job_finished(self, job_id: bytes) -> None:
         for pg in list(self.groups.values()):
@@ -161,10 +262,9 @@ class PlacementGroupManager:
     # -- placement ---------------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=1.0)
+            await self.wake.wait()  # set when resources change; never a timed poll
             self.wake.clear()
-            for pg in [g for g in self.groups.values() if g.state == PENDING]:
+            for pg in self._waiting():
                 try:
                     await self._try_place(pg)
                 except Exception:  # noqa: BLE001 - keep placing the others
@@ -176,6 +276,15 @@ class PlacementGroupManager:
         ]
 
     async def _try_place(self, pg: pb.PlacementGroupInfo) -> None:
+        if pg.pg_id in self.placing or pg.state != PENDING:
+            return
+        self.placing.add(pg.pg_id)
+        try:
+            await self._place(pg)
+        finally:
+            self.placing.discard(pg.pg_id)
+
+    async def _place(self, pg: pb.PlacementGroupInfo) -> None:
         bundles = [dict(b.resources) for b in pg.bundles]
         views = self._views()
         chosen = place_bundles(bundles, views, pg.strategy)
@@ -187,62 +296,125 @@ class PlacementGroupManager:
                     "pending in case nodes join"
                 )
             else:
-                msg = "waiting for resources to free up"
-            if pg.message != msg:
-                pg.message = msg
-                self._changed(pg)
+                msg = WAITING_FOR_RESOURCES
+            self._set_message(pg, msg)
             return
+        node_ids = [n.node_id for n in chosen]
+        addresses = [n.address for n in chosen]
+        self._charge(bundles, node_ids)  # before any await: concurrent placements see it
+        by_node = _by_node(addresses)
+        single = len(by_node) == 1
         replies = await asyncio.gather(
             *(
-                self._bundle_rpc("PrepareBundle", node.address, pg, i)
-                for i, node in enumerate(chosen)
+                self._prepare(address, pg, indexes, commit=single)
+                for address, indexes in by_node.items()
             )
         )
-        prepared = [
-            (i, n.address)
-            for i, (n, r) in enumerate(zip(chosen, replies, strict=True))
-            if r is not None and r.ok
-        ]
-        ok = len(prepared) == len(chosen)
-        if not ok or pg.state != PENDING:
+        prepared = [a for a, r in zip(by_node, replies, strict=True) if r is not None and r.ok]
+        ok = len(prepared) == len(by_node)
+        if ok and not single and pg.state == PENDING:
+            commits = await asyncio.gather(
+                *(self._bundles_rpc("CommitBundles", a, pg, by_node[a]) for a in prepared)
+            )
+            ok = all(r is not None and r.ok for r in commits)
+        if not ok or pg.state != PENDING:  # refused (or removed while in flight): undo
             await asyncio.gather(
-                *(self._bundle_rpc("CancelBundle", addr, pg, i) for i, addr in prepared),
+                *(self._bundles_rpc("CancelBundles", a, pg, by_node[a]) for a in prepared),
                 return_exceptions=True,
             )
-            return
-        await asyncio.gather(
-            *(self._bundle_rpc("CommitBundle", addr, pg, i) for i, addr in prepared)
-        )
-        if pg.state != PENDING:  # removed while the commits were in flight
-            await asyncio.gather(
-                *(self._bundle_rpc("CancelBundle", addr, pg, i) for i, addr in prepared),
-                return_exceptions=True,
-            )
+            self._refund(pg, node_ids, created=False)
+            if pg.state == PENDING:
+                self._set_message(pg, WAITING_FOR_RESOURCES)
             return
         del pg.bundle_node_ids[:]
         del pg.bundle_node_addresses[:]
-        pg.bundle_node_ids.extend(n.node_id for n in chosen)
-        pg.bundle_node_addresses.extend(n.address for n in chosen)
+        pg.bundle_node_ids.extend(node_ids)
+        pg.bundle_node_addresses.extend(addresses)
         pg.state = CREATED
         pg.message = ""
-        # Reflect the reservation in the view at once, so the next group sees it.
-        for i, (node, b) in enumerate(zip(chosen, bundles, strict=True)):
-            rec = self.state.nodes.get(node.node_id)
-            if rec is not None:
-                for k, v in b.items():
-                    rec.available[k] = rec.available.get(k, 0.0) - v
+        self.pending.pop(pg.pg_id, None)
+        for i, (node_id, b) in enumerate(zip(node_ids, bundles, strict=True)):
+            rec = self.state.nodes.get(node_id)
+            if rec is not None:  # the group's own resource names appear on its nodes
                 for k, v in bundle_resource_names(pg.pg_id.hex(), i, b).items():
                     rec.total[k] = rec.total.get(k, 0.0) + v
                     rec.available[k] = rec.available.get(k, 0.0) + v
         self._changed(pg)
 
-    async def _bundle_rpc(
-        self, method: str, address: str, pg: pb.PlacementGroupInfo, index: int
+    def _set_message(self, pg: pb.PlacementGroupInfo, msg: str) -> None:
+        if pg.message != msg:
+            pg.message = msg
+            self._changed(pg)
+
+    def _charge(self, bundles: list[dict[str, float]], node_ids: list[bytes]) -> None:
+        """Take the bundles' resources out of the head's view of their nodes."""
+        for node_id, b in zip(node_ids, bundles, strict=True):
+            rec = self.state.nodes.get(node_id)
+            if rec is not None:
+                for k, v in b.items():
+                    rec.available[k] = rec.available.get(k, 0.0) - v
+
+    def _refund(self, pg: pb.PlacementGroupInfo, node_ids: list[bytes], *, created: bool) -> None:
+        """Give the bundles' resources back to the view (and drop the group's own names)."""
+        for i, (node_id, b) in enumerate(zip(node_ids, pg.bundles, strict=True)):
+            rec = self.state.nodes.get(node_id)
+            if rec is None:
+                continue
+            for k, v in b.resources.items():
+                rec.available[k] = min(rec.total.get(k, 0.0), rec.available.get(k, 0.0) + float(v))
+            if created:
+                for k in bundle_resource_names(pg.pg_id.hex(), i, dict(b.resources)):
+                    rec.total.pop(k, None)
+                    rec.available.pop(k, None)
+
+    def _stub(self, address: str) -> Any:
+        stub = self._stubs.get(address)
+        if stub is None:
+            raw = bundles_pb2_grpc.BundlesStub(self.channels.channel(address))
+            stub = RetryingStub(AuthedStub(raw, self.channels.token), self.channels.retry_budget_s)
+            self._stubs[address] = stub
+        return stub
+
+    @staticmethod
+    def _request(
+        pg: pb.PlacementGroupInfo, indexes: list[int], *, commit: bool = False
+    ) -> bundles_pb2.BundlesRequest:
+        return bundles_pb2.BundlesRequest(
+            pg_id=pg.pg_id,
+            bundles=[
+                bundles_pb2.BundleSpec(index=i, resources=pg.bundles[i].resources) for i in indexes
+            ],
+            commit=commit,
+        )
+
+    async def _prepare(
+        self, address: str, pg: pb.PlacementGroupInfo, indexes: list[int], *, commit: bool
     ) -> Any:
-        stub = self.channels.stub(address, "node")
-        req = pb.BundleRequest(pg_id=pg.pg_id, index=index, resources=pg.bundles[index].resources)
+        return await self._bundles_rpc("PrepareBundles", address, pg, indexes, commit=commit)
+
+    async def _bundles_rpc(
+        self,
+        method: str,
+        address: str,
+        pg: pb.PlacementGroupInfo,
+        indexes: list[int],
+        *,
+        commit: bool = False,
+        release: list[Any] | None = None,
+    ) -> Any:
+        req = self._request(pg, indexes, commit=commit)
+        if release:
+            req.release.extend(release)
         try:
-            return await getattr(stub, method)(req, timeout=10)
+            return await getattr(self._stub(address), method)(req, timeout=10)
         except RpcError as err:
             log.warning("%s on %s failed: %s", method, address, err.code().name)
             return None
+
+
+def _by_node(addresses: Iterable[str]) -> dict[str, list[int]]:
+    """Bundle indexes grouped by node address, in first-seen order."""
+    out: dict[str, list[int]] = {}
+    for i, address in enumerate(addresses):
+        out.setdefault(address, []).append(i)
+    return out

@@ -9,17 +9,16 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from nbcluster._runtime import proc
 from nbcluster._runtime.head.actor_service import ActorManager
+from nbcluster._runtime.head.drivers import DriverWatch
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
@@ -107,6 +106,9 @@ class HeadStore:
             "INSERT OR REPLACE INTO placement_groups VALUES (?, ?)",
             (pg.pg_id, pg.SerializeToString()),
         )
+
+    def delete_pgs(self, pg_ids: Iterable[bytes]) -> None:
+        self.db.executemany("DELETE FROM placement_groups WHERE id = ?", [(i,) for i in pg_ids])
 
     def load_pgs(self) -> list[pb.PlacementGroupInfo]:
         return [
@@ -232,7 +234,10 @@ class HeadService(pb_grpc.HeadServicer):
         self.start_time = clock()
         self.channels = Channels(token, 512 * 2**20)
         self.actors = ActorManager(state, self.channels, clock, persist=store.put_actor)
-        self.placement = PlacementGroupManager(state, self.channels, persist=store.put_pg)
+        self.placement = PlacementGroupManager(
+            state, self.channels, persist=store.put_pg, forget=store.delete_pgs
+        )
+        self.drivers = DriverWatch(state, self.channels, self.finish_job)
         self.dead_nodes = store.load_dead_nodes()
         self.reachability = NodeReachability(state, token)
         # jobs (issue 17): links a driver to the submitted job whose entrypoint it runs in
@@ -268,6 +273,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.store.put_node(record)
         await self.reachability.check(record)  # no work for a node nobody can reach
         log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
+        self.placement.resources_changed()
         return pb.RegisterNodeReply(session_name=self.session_name)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext):
@@ -286,6 +292,7 @@ class HeadService(pb_grpc.HeadServicer):
             known = self.state.nodes.get(request.node_id)
             fenced = (known is not None and not known.alive) or request.node_id in self.dead_nodes
             return pb.HeartbeatReply(reregister=True, fenced=fenced)
+        self.placement.resources_changed()
         return pb.HeartbeatReply(nodes=[node_info(n) for n in self.state.live_nodes()])
 
     async def UnregisterNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext):
@@ -304,6 +311,7 @@ class HeadService(pb_grpc.HeadServicer):
         if node is not None:
             self.store.put_node(node)
         self.actors.node_died(node_id, reason)
+        self.placement.resources_changed()
 
     def recover(self) -> None:
         """After a restart: bring back nodes, actors and placement groups from SQLite.
@@ -316,6 +324,9 @@ class HeadService(pb_grpc.HeadServicer):
             self.state.restore_node(node, now)
         self.actors.recover(self.store.load_actors())
         self.placement.recover(self.store.load_pgs())
+        for job in list(self.state.jobs.values()):
+            if job.alive:
+                self.drivers.job_registered(job)
 
     async def GetNodes(self, request: pb.GetNodesRequest, context: grpc.aio.ServicerContext):
         nodes = self.state.nodes.values() if request.include_dead else self.state.live_nodes()
@@ -366,6 +377,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.store.put_job(job)
         if self.driver_registered is not None:
             self.driver_registered(job.job_id, job.driver_pid, job.driver_hostname)
+        self.drivers.job_registered(job)
         return pb.RegisterJobReply(job_id=job.job_id)
 
     async def FinishJob(self, request: pb.JobRef, context: grpc.aio.ServicerContext):
@@ -374,36 +386,12 @@ class HeadService(pb_grpc.HeadServicer):
 
     def finish_job(self, job_id: bytes) -> None:
         """A driver detached or died: its non-detached actors end with it."""
+        self.drivers.job_finished(job_id)
         job = self.state.finish_job(job_id, self.clock())
         if job is not None:
             self.store.put_job(job)
             self.actors.job_finished(job_id)
             self.placement.job_finished(job_id)
-
-    async def watch_drivers(self, interval: float = 2.0, failures_allowed: int = 3) -> None:
-        """Finish the jobs of drivers that stopped answering (killed without FinishJob)."""
-        misses: dict[bytes, int] = {}
-        while True:
-            await asyncio.sleep(interval)
-            for job in [j for j in self.state.jobs.values() if j.alive]:
-                try:
-                    await self.channels.stub(job.driver_address, "core").Ping(
-                        pb.Empty(), timeout=interval
-                    )
-                    misses.pop(job.job_id, None)
-                except grpc.aio.AioRpcError as err:
-                    # Dead, not slow: a stopped or busy driver times out, a dead one refuses
-                    # the connection; on this host its PID must also be gone.
-                    refused = err.code() == grpc.StatusCode.UNAVAILABLE
-                    local = job.driver_hostname == socket.gethostname()
-                    if not refused or (local and proc.pid_alive(job.driver_pid)):
-                        misses.pop(job.job_id, None)
-                        continue
-                    misses[job.job_id] = misses.get(job.job_id, 0) + 1
-                    if misses[job.job_id] >= failures_allowed:
-                        log.info("driver of job %s is gone; finishing it", job.job_id.hex()[:8])
-                        misses.pop(job.job_id, None)
-                        self.finish_job(job.job_id)
 
     # -- actors -------------------------------------------------------------------------
     async def RegisterActor(

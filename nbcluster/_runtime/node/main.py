@@ -18,11 +18,19 @@ from pathlib import Path
 from nbcluster._runtime import proc
 from nbcluster._runtime.node import autoscaling
 from nbcluster._runtime.node.agent_service import NodeAgentServicer, make_agent
-from nbcluster._runtime.node.service import HeadLink, NodeService, WorkerProcesses, memory_monitor
+from nbcluster._runtime.node.objects import NodeObjects, TransferService
+from nbcluster._runtime.node.service import (
+    BundlesService,
+    HeadLink,
+    NodeService,
+    WorkerProcesses,
+    memory_monitor,
+)
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote
-from nbcluster._runtime.objects import store as objstore
+from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.objects.state import StoreState
+from nbcluster._runtime.protocol.protos import bundles_pb2_grpc, transfer_pb2_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 from nbcluster.config import Config
@@ -73,15 +81,18 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     capacity = (
         args.object_store_memory
         or config.object_store_memory
-        or objstore.default_store_capacity(config.store_base_dir)
+        or storedirs.default_store_capacity(config.store_base_dir)
     )
-    store_dir, file_backed = objstore.prepare_store_dir(
+    store_dir, file_backed = storedirs.prepare_store_dir(
         session_dir.name,
         node_id.hex(),
         capacity,
         base_dir=config.store_base_dir,
         fallback_dir=str(session_dir / "store"),
     )
+    store_lock = storedirs.lock_store_dir(store_dir)  # held until this process ends
+    # Free what node managers killed without cleaning up left in shared memory.
+    loop.run_in_executor(None, storedirs.sweep_stale_stores, config.store_base_dir)
     spill_dir = config.spill_dir or str(session_dir / "spill" / node_id.hex())
     os.makedirs(spill_dir, exist_ok=True)
 
@@ -92,16 +103,25 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         config.worker_prestart if config.worker_prestart is not None else int(resources["CPU"])
     )
     state = NodeState(node_id, address, resources, prestart=prestart)
-    service = NodeService(
-        state,
+    channels = Channels(token, config.rpc_max_message_bytes)
+    objects = NodeObjects(
         StoreState(capacity, spilling_enabled=config.spilling_enabled),
         store_dir=store_dir,
         spill_dir=spill_dir,
         file_backed=file_backed,
+        token=token,
+        channels=channels,
+        host=args.host,
+    )
+    service = NodeService(
+        state,
+        objects,
+        channels=channels,
         head_address=head_address,
         session_dir=str(session_dir),
         on_shutdown=stop.set,
     )
+    objects.on_change = service.changed.set
     service.workers = WorkerProcesses(
         zygote=zygote,
         node_address=address,
@@ -119,11 +139,11 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     jpb_grpc.add_NodeAgentServicer_to_server(
         NodeAgentServicer(service, session_dir / "logs"), server
     )
+    transfer_pb2_grpc.add_ObjectTransferServicer_to_server(TransferService(objects), server)
+    bundles_pb2_grpc.add_BundlesServicer_to_server(BundlesService(service), server)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
-    if not file_backed:  # allocate a few reusable files in the background
-        prewarm = min(service.recycle_limit, 2 * 128 * 2**20)
-        loop.run_in_executor(None, objstore.prewarm_pool, store_dir, prewarm)
+    objects.refill_pool(initial=True)  # a few reusable files, allocated in the background
 
     info = pb.NodeInfo(
         node_id=node_id,
@@ -137,9 +157,14 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         pid=os.getpid(),
         start_time=time.time(),
     )
-    link = HeadLink(service, token, info, config.heartbeat_interval_s)
+    link = HeadLink(
+        service,
+        token,
+        info,
+        config.heartbeat_interval_s,
+        keepalive=config.node_death_timeout_s / 4,
+    )
     service.head_stub = link.stub
-    service.channels = Channels(token, config.rpc_max_message_bytes)
     await link.register()
     nodes_dir = session_dir / "nodes"
     nodes_dir.mkdir(exist_ok=True)
@@ -175,7 +200,9 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
     await service.workers.stop_all()
     await link.unregister(load_reporter.leave_reason())
     await server.stop(grace=0.2)
-    objstore.remove_store_dir(store_dir)
+    await objects.close()
+    storedirs.remove_store_dir(store_dir)
+    os.close(store_lock)
     shutil.rmtree(spill_dir, ignore_errors=True)
     node_file.unlink(missing_ok=True)
     log.info("node stopped")

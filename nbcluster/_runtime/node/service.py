@@ -22,27 +22,26 @@ from nbcluster._runtime.node.agent_service import (
     remember_env,
     worker_env_json,
 )
+from nbcluster._runtime.node.objects import NodeObjects
 from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
     KillWorker,
+    Lease,
     NodeState,
     PendingReports,
     Redirect,
     StartWorker,
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
-from nbcluster._runtime.objects import store as objstore
-from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.errors import RpcError, is_unavailable
+from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
 from nbcluster._runtime.runtime_env.venv_zygote import VenvZygote
 from nbcluster._runtime.scheduling.policy import NodeView
 
 log = logging.getLogger(__name__)
-
-FETCH_STREAMS = 2
 
 _STATUS = {
     "SPILLBACK": pb.LeaseReply.SPILLBACK,
@@ -197,44 +196,41 @@ class NodeService(pb_grpc.NodeManagerServicer):
     def __init__(
         self,
         state: NodeState,
-        store_state: StoreState,
+        objects: NodeObjects,
         *,
-        store_dir: str,
-        spill_dir: str,
-        file_backed: bool,
+        channels: Channels,
         head_address: str,
         session_dir: str,
         on_shutdown: Callable[[], None],
     ) -> None:
         self.state = state
-        self.store = store_state
-        self.store_dir = store_dir
-        self.spill_dir = spill_dir
-        self.file_backed = file_backed
+        self.objects = objects
+        self.channels = channels
         self.head_address = head_address
         self.session_dir = session_dir
         self.on_shutdown = on_shutdown
         self.waiters: dict[bytes, asyncio.Future[pb.LeaseReply]] = {}
         self.workers: WorkerProcesses | None = None
-        self.restored_bytes = 0
         self.head_stub: AuthedStub | None = None
-        self.channels: Channels | None = None
-        self.fetches: dict[bytes, asyncio.Task[pb.ObjectInfoReply]] = {}
         self.oom_killed: set[bytes] = set()
         self.granted: dict[bytes, pb.LeaseReply] = {}
-        self.fetched_bytes = 0
-        self.recycle_limit = min(store_state.capacity // 4, 2**30)
         # Told about lease requests answered INFEASIBLE (autoscaling demand; node/autoscaling.py).
         self.on_infeasible: Callable[[dict[str, float], str], None] | None = None
         self.agent: RuntimeEnvAgent | None = None  # set by main: runtime_env setup and cache
+        #: Set whenever the node's state may have changed (what the heartbeat waits for).
+        self.changed = asyncio.Event()
+        #: Set when a lease is granted (what the memory monitor waits for when idle).
+        self.leased = asyncio.Event()
         self.death_reports = PendingReports()  # retried until the head acknowledges them
         self._reporting: asyncio.Task[None] | None = None
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
         loop = asyncio.get_running_loop()
+        self.changed.set()
         for ins in instructions:
             if isinstance(ins, Grant):
+                self.leased.set()
                 fut = self.waiters.pop(ins.request_id, None)
                 reply = pb.LeaseReply(
                     status=pb.LeaseReply.GRANTED,
@@ -397,7 +393,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         return pb.WorkerRegisterReply(
             node_id=self.state.node_id,
             head_address=self.head_address,
-            store_dir=self.store_dir,
+            store_dir=self.objects.store_dir,
             session_dir=self.session_dir,
             runtime_env=worker_env_json(self, record.env if record is not None else ""),
         )
@@ -406,160 +402,30 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.apply(self.state.set_blocked(request.worker_id, request.blocked))
         return pb.Empty()
 
-    # -- objects -----------------------------------------------------------------------------
+    # -- objects (node.objects) ----------------------------------------------------------------
     async def CreateObject(
         self, request: pb.CreateObjectRequest, context: grpc.aio.ServicerContext
     ):
-        decision = self.store.create(request.object_id, request.size, request.owner_address)
-        if not decision.ok:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}"
-            )
-        self._make_room(decision.spill, decision.evict)
-        return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
-
-    def _make_room(self, spill: tuple[bytes, ...], evict: tuple[bytes, ...]) -> None:
-        for oid in evict:
-            objstore.delete_object(self.store_dir, oid)
-        for oid in spill:
-            try:
-                objstore.spill_object(self.store_dir, self.spill_dir, oid)
-            except OSError:
-                log.exception("spilling %s failed", oid.hex())
-                self.store.cancel_spill(oid)
-                continue
-            if not self.store.mark_spilled(oid):  # freed meanwhile
-                objstore.delete_object(self.spill_dir, oid)
+        return await self.objects.create(request, context)
 
     async def SealObject(self, request: pb.SealObjectRequest, context: grpc.aio.ServicerContext):
-        if not self.store.seal(request.object_id):  # freed while it was being written
-            objstore.delete_object(self.store_dir, request.object_id)
-        return pb.Empty()
+        return await self.objects.seal(request, context)
 
     async def FreeObjects(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
-        for oid, where in self.store.free(list(request.object_ids)):
-            if where == "spilled":
-                objstore.delete_object(self.spill_dir, oid)
-            else:
-                # Keep freed files for reuse: writing into allocated tmpfs pages is ~2x faster.
-                objstore.delete_object(self.store_dir, oid, recycle_limit=self.recycle_limit)
-        return pb.Empty()
+        return await self.objects.free(request, context)
 
     async def GetObjectInfo(self, request: pb.ObjectIds, context: grpc.aio.ServicerContext):
-        if not request.object_ids:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "object_ids is empty")
-        oid = request.object_ids[0]
-        deadline = time.monotonic() + 60
-        while True:
-            access = self.store.access(oid)
-            if access is None:
-                return pb.ObjectInfoReply(found=False)
-            if access.status != "pending" or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.01)
-        if access.status == "full":
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {access.message}"
-            )
-        if access.restore:
-            self._make_room(access.spill, access.evict)
-            try:
-                self.restored_bytes += objstore.restore_object(self.spill_dir, self.store_dir, oid)
-            except OSError:
-                self.store.cancel_restore(oid)
-                raise
-            if not self.store.mark_restored(oid):
-                objstore.delete_object(self.store_dir, oid)
-                return pb.ObjectInfoReply(found=False)
-        return pb.ObjectInfoReply(
-            found=True, path=objstore.object_path(self.store_dir, oid), size=access.size
-        )
+        return await self.objects.info(request, context)
 
     async def ReadObject(self, request: pb.ReadObjectRequest, context: grpc.aio.ServicerContext):
-        """Stream our copy of an object in chunks (restoring it from spill first)."""
-        info = await self.GetObjectInfo(pb.ObjectIds(object_ids=[request.object_id]), context)
-        if not info.found:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "object not in this node's store")
-        chunk = min(max(request.chunk_bytes or 4 * 2**20, 64 * 1024), 64 * 2**20)
-        fd = os.open(info.path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            offset = request.offset
-            end = min(size, offset + request.length) if request.length else size
-            while offset < end:
-                data = await asyncio.to_thread(os.pread, fd, min(chunk, end - offset), offset)
-                if not data:
-                    break
-                yield pb.ObjectChunk(offset=offset, total_size=size, data=data)
-                offset += len(data)
-        finally:
-            os.close(fd)
+        async for chunk in self.objects.read(request, context):
+            yield chunk
 
     async def FetchObject(self, request: pb.FetchObjectRequest, context: grpc.aio.ServicerContext):
-        """Pull an object from another node into this node's store (once, even if asked twice)."""
-        oid = request.object_id
-        pending = self.fetches.get(oid)
-        if pending is None:
-            pending = asyncio.get_running_loop().create_task(self._fetch(request))
-            self.fetches[oid] = pending
-            pending.add_done_callback(lambda _: self.fetches.pop(oid, None))
-        try:
-            return await asyncio.shield(pending)
-        except RpcError as err:
-            await context.abort(
-                err.code(), f"fetching from {request.from_address}: {err.details()}"
-            )
-        except OSError as err:
-            await context.abort(grpc.StatusCode.INTERNAL, f"fetching the object failed: {err}")
-
-    async def _fetch(self, request: pb.FetchObjectRequest) -> pb.ObjectInfoReply:
-        oid = request.object_id
-        access = self.store.access(oid)
-        if access is not None and access.status in ("ok", "restore"):
-            return await self.GetObjectInfo(pb.ObjectIds(object_ids=[oid]), _NoContext())
-        decision = self.store.create(oid, request.size, request.owner_address, primary=False)
-        if not decision.ok:
-            raise OSError(f"ObjectStoreFull: {decision.message}")
-        self._make_room(decision.spill, decision.evict)
-        assert self.channels is not None
-        remote = self.channels.stub(request.from_address, "node")
-        size = request.size
-        # Several ranges in parallel: one gRPC stream tops out well below memory bandwidth.
-        parts = max(1, min(FETCH_STREAMS, size // (8 * 2**20)))
-        step = -(-size // parts)
-
-        async def pull(w: objstore.RawWriter, start: int) -> None:
-            req = pb.ReadObjectRequest(object_id=oid, offset=start, length=min(step, size - start))
-            async for chunk in remote.ReadObject(req, timeout=600):
-                await asyncio.to_thread(w.write, chunk.offset, chunk.data)
-
-        try:
-            with objstore.RawWriter(self.store_dir, oid, size) as w:
-                await asyncio.gather(*(pull(w, i * step) for i in range(parts) if i * step < size))
-        except BaseException:
-            self.store.free([oid])
-            raise
-        self.store.seal(oid)
-        self.fetched_bytes += request.size
-        return pb.ObjectInfoReply(
-            found=True, path=objstore.object_path(self.store_dir, oid), size=request.size
-        )
+        return await self.objects.fetch(request, context)
 
     async def GetStoreStats(self, request: pb.Empty, context: grpc.aio.ServicerContext):
-        return self.store_stats()
-
-    def store_stats(self) -> pb.StoreStatsReply:
-        s = self.store.stats()
-        return pb.StoreStatsReply(
-            capacity=s.capacity,
-            used=s.used,
-            num_objects=s.num_objects,
-            spilled_bytes=s.spilled_bytes,
-            num_spilled=s.num_spilled,
-            restored_bytes=s.restored_bytes,
-            evicted_bytes=s.evicted_bytes,
-            file_backed=self.file_backed,
-        )
+        return self.objects.stats()
 
     # -- workers -----------------------------------------------------------------------------
     async def GetWorkerExitInfo(self, request: pb.WorkerRef, context: grpc.aio.ServicerContext):
@@ -594,7 +460,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
             idle_workers=len(st.idle),
             leased_workers=len(st.leases),
             pending_leases=len(st.pending),
-            store=self.store_stats(),
+            store=self.objects.stats(),
         )
 
     async def PrepareBundle(self, request: pb.BundleRequest, context: grpc.aio.ServicerContext):
@@ -633,8 +499,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
             {k: v for k, v in old.total.items() if "_group_" not in k},
             prestart=old.prestart,
         )
-        for oid, where in self.store.free(list(self.store._entries)):  # noqa: SLF001
-            objstore.delete_object(self.spill_dir if where == "spilled" else self.store_dir, oid)
+        self.objects.free_all()
         self.apply(self.state.start())
 
     async def Shutdown(self, request: pb.Empty, context: grpc.aio.ServicerContext):
@@ -642,11 +507,43 @@ class NodeService(pb_grpc.NodeManagerServicer):
         return pb.Empty()
 
 
-class _NoContext:
-    """Stands in for a servicer context when a handler is reused internally."""
+class BundlesService(bundles_pb2_grpc.BundlesServicer):
+    """Placement-group bundles, a whole group's share of this node per call."""
 
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise OSError(f"{code.name}: {details}")
+    def __init__(self, node: NodeService) -> None:
+        self.node = node
+
+    async def PrepareBundles(
+        self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
+    ) -> bundles_pb2.BundlesReply:
+        state = self.node.state
+        for old in request.release:  # removed groups' bundles, released first
+            self.node.apply(state.cancel_bundles(old.pg_id, [b.index for b in old.bundles]))
+        specs = [(b.index, dict(b.resources)) for b in request.bundles]
+        self.node.changed.set()
+        if not specs:
+            return bundles_pb2.BundlesReply(ok=True)
+        if not state.prepare_bundles(request.pg_id, specs):
+            return bundles_pb2.BundlesReply(
+                ok=False, message="resources are not free on this node now"
+            )
+        if request.commit:
+            self.node.apply(state.commit_bundles(request.pg_id, [i for i, _ in specs]))
+        return bundles_pb2.BundlesReply(ok=True)
+
+    async def CommitBundles(
+        self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
+    ) -> bundles_pb2.BundlesReply:
+        indexes = [b.index for b in request.bundles]
+        self.node.apply(self.node.state.commit_bundles(request.pg_id, indexes))
+        return bundles_pb2.BundlesReply(ok=True)
+
+    async def CancelBundles(
+        self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
+    ) -> bundles_pb2.BundlesReply:
+        indexes = [b.index for b in request.bundles]
+        self.node.apply(self.node.state.cancel_bundles(request.pg_id, indexes))
+        return bundles_pb2.BundlesReply(ok=True)
 
 
 def memory_fraction() -> float:
@@ -682,19 +579,29 @@ async def memory_monitor(
 
     Actors and idle workers are never chosen; the driver (a notebook kernel) is not a
     worker of this node, so it is never the one killed.
+
+    It checks every ``interval`` seconds only while there is a task it could choose; with
+    none (an idle node, or one running only actors) it sleeps until a lease is granted.
     """
+
+    def retriable() -> list[Lease]:
+        return [
+            lease
+            for lease in service.state.leases.values()
+            if not lease.owner.startswith("head-actor:")
+            and lease.worker_id not in service.oom_killed
+        ]
+
     while True:
+        if not retriable():
+            service.leased.clear()
+            await service.leased.wait()
+            continue
         await asyncio.sleep(interval)
         used = measure()
         if used < threshold:
             continue
-        st = service.state
-        victims = [
-            lease
-            for lease in st.leases.values()
-            if not lease.owner.startswith("head-actor:")
-            and lease.worker_id not in service.oom_killed
-        ]
+        victims = retriable()
         if not victims or service.workers is None:
             continue
         lease = victims[-1]  # the newest lease
@@ -712,12 +619,18 @@ class HeadLink:
     """Registration and heartbeats to the head; feeds the cluster view back to the state."""
 
     def __init__(
-        self, service: NodeService, token: str, info: pb.NodeInfo, interval: float
+        self,
+        service: NodeService,
+        token: str,
+        info: pb.NodeInfo,
+        interval: float,
+        keepalive: float | None = None,
     ) -> None:
         self.service = service
         self.token = token
         self.info = info
         self.interval = interval
+        self.keepalive = max(interval, keepalive if keepalive is not None else interval)
         self.channel = make_channel(service.head_address, token)
         self.stub = AuthedStub(pb_grpc.HeadStub(self.channel), token)
 
@@ -735,28 +648,49 @@ class HeadLink:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def run(self) -> None:
+    def _report(self) -> pb.HeartbeatRequest:
         st = self.service.state
+        stats = self.service.objects.store.stats()
+        return pb.HeartbeatRequest(
+            node_id=st.node_id,
+            available=st.available,
+            store_used=stats.used,
+            store_spilled=stats.spilled_bytes,
+            num_workers=len(st.workers),
+            pending_leases=len(st.pending),
+            total=st.total,
+            leased_workers=len(st.leases),
+        )
+
+    async def run(self) -> None:
+        """Report to the head when something changed, at most once per ``interval``.
+
+        A node with lease requests waiting reports every ``interval`` (its view of the
+        other nodes decides where they spill); an idle node only sends a keep-alive every
+        ``keepalive`` seconds, so it costs no CPU between them.
+        """
+        service = self.service
+        last = b""
+        last_sent = 0.0
         while True:
             await asyncio.sleep(self.interval)
-            stats = self.service.store.stats()
+            if not service.state.pending:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    left = self.keepalive - (time.monotonic() - last_sent)
+                    await asyncio.wait_for(service.changed.wait(), timeout=max(0.0, left))
+            service.changed.clear()
+            request = self._report()
+            payload = request.SerializeToString(deterministic=True)
+            now = time.monotonic()
+            if payload == last and not service.state.pending and now - last_sent < self.keepalive:
+                continue  # woken, but nothing the head sees changed
             try:
-                reply = await self.stub.Heartbeat(
-                    pb.HeartbeatRequest(
-                        node_id=st.node_id,
-                        available=st.available,
-                        store_used=stats.used,
-                        store_spilled=stats.spilled_bytes,
-                        num_workers=len(st.workers),
-                        pending_leases=len(st.pending),
-                        total=st.total,
-                        leased_workers=len(st.leases),
-                    ),
-                    timeout=max(self.interval * 4, 2.0),
-                )
+                reply = await self.stub.Heartbeat(request, timeout=max(self.interval * 4, 2.0))
             except RpcError as err:
                 log.warning("heartbeat to head failed: %s", err.code().name)
                 continue
+            last, last_sent = payload, now
+            st = service.state
             if reply.reregister:
                 if reply.fenced:
                     log.warning(
@@ -775,7 +709,10 @@ class HeadLink:
                 NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive)
                 for n in reply.nodes
             ]
-            self.service.apply(st.update_cluster_view(view))
+            instructions = st.update_cluster_view(view)
+            self.service.apply(instructions)
+            if not instructions:
+                service.changed.clear()  # a new view alone is nothing to report
 
     async def unregister(self, reason: str = "node stopped") -> None:
         with contextlib.suppress(RpcError):

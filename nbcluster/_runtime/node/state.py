@@ -288,6 +288,37 @@ class NodeState:
         self.bundles[key] = (req, False)
         return True
 
+    def prepare_bundles(
+        self, pg_id: bytes, bundles: Sequence[tuple[int, Mapping[str, float]]]
+    ) -> bool:
+        """Reserve several bundles of one group on this node: all of them, or none."""
+        fresh = [(i, r) for i, r in bundles if (pg_id, i) not in self.bundles]
+        need: dict[str, float] = {}
+        for _, resources in fresh:
+            for k, v in resources.items():
+                if v > 0:
+                    need[k] = need.get(k, 0.0) + float(v)
+        if not fits(need, self.available):
+            return False
+        for index, resources in fresh:
+            ok = self.prepare_bundle(pg_id, index, resources)
+            assert ok, "fits as a whole, so each part fits"
+        return True
+
+    def commit_bundles(self, pg_id: bytes, indexes: Sequence[int]) -> list[Instruction]:
+        """Commit several prepared bundles of one group."""
+        out: list[Instruction] = []
+        for index in indexes:
+            out += self.commit_bundle(pg_id, index)
+        return out
+
+    def cancel_bundles(self, pg_id: bytes, indexes: Sequence[int]) -> list[Instruction]:
+        """Release several bundles of one group (prepared or committed)."""
+        out: list[Instruction] = []
+        for index in indexes:
+            out += self.cancel_bundle(pg_id, index)
+        return out
+
     def commit_bundle(self, pg_id: bytes, index: int) -> list[Instruction]:
         """Make a prepared bundle's resources usable under their placement-group names."""
         entry = self.bundles.get((pg_id, index))

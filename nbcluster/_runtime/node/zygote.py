@@ -83,12 +83,22 @@ def _close_others(keep: set[int]) -> None:
 def _serve(cmd_r: int, ev_w: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A child's exit wakes select() through this pipe (SIGCHLD): no timer, no polling.
+    sig_r, sig_w = os.pipe()
+    os.set_blocking(sig_r, False)
+    os.set_blocking(sig_w, False)
+    signal.set_wakeup_fd(sig_w)
+    signal.signal(signal.SIGCHLD, _on_sigchld)
     buf = b""
     children: set[int] = set()
     while True:
-        readable, _, _ = select.select([cmd_r], [], [], 0.05)
+        readable, _, _ = select.select([cmd_r, sig_r], [], [])
+        if sig_r in readable:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(sig_r, 4096):
+                    pass
         _reap(children, ev_w)
-        if not readable:
+        if cmd_r not in readable:
             continue
         data = os.read(cmd_r, 65536)
         if not data:
@@ -98,9 +108,14 @@ def _serve(cmd_r: int, ev_w: int) -> None:
         for line in lines:
             parts = line.decode().split(" ", 3)
             if len(parts) == 4 and parts[0] == "spawn":
-                pid = _fork_worker(parts[1], parts[2], parts[3], cmd_r, ev_w)
+                pid = _fork_worker(parts[1], parts[2], parts[3], (cmd_r, ev_w, sig_r, sig_w))
                 children.add(pid)
                 os.write(ev_w, f"pid {parts[1]} {pid}\n".encode())
+        _reap(children, ev_w)  # a child that died at once
+
+
+def _on_sigchld(signum: int, frame: object) -> None:
+    """Nothing to do here: the signal's byte on the wakeup pipe is what wakes select()."""
 
 
 def _reap(children: set[int], ev_w: int) -> None:
@@ -115,14 +130,18 @@ def _reap(children: set[int], ev_w: int) -> None:
         os.write(ev_w, f"exit {pid} {status}\n".encode())
 
 
-def _fork_worker(worker_hex: str, node_address: str, log_path: str, cmd_r: int, ev_w: int) -> int:
+def _fork_worker(
+    worker_hex: str, node_address: str, log_path: str, zygote_fds: tuple[int, ...]
+) -> int:
     pid = os.fork()
     if pid != 0:
         return pid
     code = 1
     try:
-        os.close(cmd_r)
-        os.close(ev_w)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in zygote_fds:
+            os.close(fd)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)

@@ -311,6 +311,10 @@ class StoreState:
         items = sorted(self._entries.items(), key=lambda kv: kv[1].size, reverse=True)[:n]
         return [(oid, e.size, e.owner, self.location(oid)) for oid, e in items]  # type: ignore[misc]
 
+    def object_ids(self) -> list[bytes]:
+        """Ids of every object the store accounts for (in memory, spilled, or in flight)."""
+        return list(self._entries)
+
     def stats(self) -> StoreStats:
         """Current accounting and totals since start."""
         in_memory = sum(

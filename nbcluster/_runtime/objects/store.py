@@ -6,6 +6,7 @@ Layout of a store directory (normally ``/dev/shm/nbcluster-<session>/<node-id-he
     .tmp-<id>-<pid>-<n>        an object being written (never read)
     .free/<size>-<pid>-<n>     a freed object file kept for reuse (see "Recycling")
     .free/.check-<pid>-<n>     a freed file being checked for readers (never reused)
+    .free/.busy-<size>-<pid>-<n>  a freed file still mapped by a reader (waits, hidden)
 
 **Sealing** is an atomic ``link(tmp, final)`` followed by ``unlink(tmp)``: readers never
 see a partial object, and a second writer of the same id gets ``FileExistsError``
@@ -14,105 +15,115 @@ instead of replacing an object someone may have mapped.
 **Reading** maps the file read-only and closes the descriptor; the mapping stays valid
 after the file is deleted, spilled or replaced (Linux keeps the pages while they are
 mapped), so readers need no pin. ``deserialize(read_object(...))`` gives numpy arrays that
-are read-only views of that mapping.
+are read-only views of that mapping. A worker keeps the mappings of large task arguments
+while more tasks are queued (:class:`MappedObjects`), so tasks sharing an argument fault
+its pages in once.
 
 **Writing, measured** (100 MiB numpy array into tmpfs ``/dev/shm``, 2-vCPU VM, kernel
-6.18, Python 3.11, median of 9; numpy ``copyto`` into a warm array of the same size
-measured 8.9-13 GB/s on this shared machine, varying from run to run):
+6.18, Python 3.11; numpy ``copyto`` into a warm array of the same size measured 7-13 GB/s
+on this shared machine, varying from run to run):
 
 ============================================================  ===========
-method                                                        GB/s
+method                                                        % memcpy
 ============================================================  ===========
-``ftruncate`` + ``mmap`` + copy (``write_into``)              1.2 - 1.3
-same with ``MAP_POPULATE``                                    1.4
-same with ``posix_fallocate`` first                           1.3 - 1.5
-``MADV_POPULATE_WRITE`` in 2 threads + copy                   1.4
-``os.pwritev`` of header + buffers, new file                  2.0 - 2.9
-``posix_fallocate`` + ``os.pwritev``                          2.5 - 2.7
-``os.pwritev`` in 2 threads (the inode lock serializes them)  2.5
-``os.pwritev`` into a recycled file (pages already allocated) 5.5 - 6.4
-``mmap`` + ``MAP_POPULATE`` + copy into a recycled file       5.5 - 7.0
+``ftruncate`` + ``mmap`` + copy into a new file               15 - 25
+``os.pwritev`` of header + buffers, new file                  30 - 48
+``os.pwritev`` into a recycled file (pages already allocated) 55 - 65
+``MAP_POPULATE`` mapping + copy into a recycled file          75 - 80
+the same, copied by two threads (two cores)                   110 - 125
 ============================================================  ===========
 
-End to end (``serialize`` + ``write_object``, ``benchmarks/store_write.py``): a new
-file 2.6-2.9 GB/s (24-30% of memcpy), a recycled file 5.2-6.3 GB/s (52-59% of memcpy);
-``read_object`` + ``deserialize`` of the 100 MiB array 35 us (zero-copy, so the same for
-any size).
-
-The copy itself is cheap; what costs is the kernel allocating and accounting a fresh
-tmpfs page for every 4 KiB (``/dev/shm`` has no huge pages unless mounted with
-``huge=``). So: ``os.pwritev`` straight from the numpy buffer (one copy, no mapping, no
-page faults) and, to reach about half of memcpy, **recycling**: ``delete_object(...,
+The copy itself is cheap; what costs is the kernel allocating, zeroing and accounting a
+fresh tmpfs page for every 4 KiB (``/dev/shm`` has no huge pages unless mounted with
+``huge=``; ``posix_fallocate`` alone does not help: tmpfs zeroes a page on its first
+write). So a new file is written with ``os.pwritev`` straight from the numpy buffer (one
+copy, no page faults), and a large object goes, whenever possible, into a file whose
+pages are allocated and zeroed already, through a ``MAP_POPULATE`` mapping copied by two
+threads (``_write_mapped``; never into a file with unallocated pages, where a full disk
+would be a ``SIGBUS``). Those files come from **recycling**: ``delete_object(...,
 recycle_limit=N)`` keeps freed files of at least ``RECYCLE_MIN_SIZE`` in ``.free/`` (up to
-N bytes in all) and ``write_object`` overwrites one of them instead of allocating. A file
-is recycled only if nobody can still see its old contents: it is renamed away from its
-object name first (so nobody can open it any more) and then a write lease
-(``F_SETLEASE``) is taken, which Linux grants only when no other open file description
-exists, and a mapping counts as one even after its descriptor is closed. A file that is
-still mapped anywhere is unlinked as usual. Pool files still occupy the tmpfs: size the
-directory for ``capacity + recycle_limit``; ``write_object`` also empties the pool and
-retries once when the disk is full.
+N bytes in all) and ``write_object`` overwrites the smallest one that fits (and is at most
+about twice the size). A file is recycled only if nobody can still see its old contents:
+it is renamed away from its object name first (so nobody can open it any more) and then a
+write lease (``F_SETLEASE``) is taken, which Linux grants only when no other open file
+description exists, and a mapping counts as one even after its descriptor is closed. A
+file that is still mapped waits under a hidden name until :func:`promote_waiting` finds
+its readers gone. The node manager also fills the pool ahead of demand
+(:func:`allocate_pool_files`, sized by ``objects.pool.WarmPool``), in a low-priority
+thread. Pool files still occupy the tmpfs: size the directory for ``capacity +
+recycle_limit``; writes empty the pool and retry once when the disk is full.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
+import functools
 import itertools
 import mmap
 import os
-import re
-import shutil
 import sys
-import tempfile
-import warnings
+import threading
 from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nbcluster._runtime.objects.dirs import free_bytes
 
 if TYPE_CHECKING:
     from nbcluster._runtime.serialization import SerializedValue
 
 __all__ = [
     "FREE_DIR",
-    "MIN_CAPACITY",
+    "MAPPED_LINGER_S",
+    "MappedObjects",
     "RECYCLE_MIN_SIZE",
-    "StoreFallbackWarning",
-    "default_store_capacity",
+    "allocate_pool_files",
     "delete_object",
+    "drop_pool_files",
     "free_pool_bytes",
     "object_path",
-    "prepare_store_dir",
+    "pool_file_sizes",
+    "promote_waiting",
     "read_object",
-    "remove_store_dir",
     "restore_object",
+    "spare_bytes",
     "spill_object",
     "trim_free_pool",
     "write_object",
 ]
 
+#: Smallest recycled file written through a mapping instead of ``pwritev``.
+MAPPED_WRITE_MIN = 1 << 20
+#: How long a worker keeps mapped arguments after its queue runs empty (see MappedObjects).
+MAPPED_LINGER_S = 0.02
 #: Smallest object file worth keeping for reuse.
 RECYCLE_MIN_SIZE = 1 << 20
-#: Smallest store :func:`default_store_capacity` chooses.
-MIN_CAPACITY = 64 << 20
 #: Subdirectory of a store directory holding freed files kept for reuse.
 FREE_DIR = ".free"
 
 _TMP_PREFIX = ".tmp-"
 _CHECK_PREFIX = ".check-"
+_BUSY_PREFIX = ".busy-"
 _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if os.sysconf("SC_IOV_MAX") > 0 else 16
 _MAX_RW = 0x7FFFF000  # Linux moves at most this many bytes per read/write call
 _COPY_CHUNK = 8 << 20
+_ZERO_CHUNK = 1 << 20
 _LEASES = hasattr(fcntl, "F_SETLEASE")
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
+_NUMPY_COPY_MIN = 256 << 10
+_PARALLEL_COPY_MIN = 16 << 20
+#: Threads that copy one large piece of a put (1 turns the parallel copy off).
+copy_threads = 2
+_copy_executor: concurrent.futures.ThreadPoolExecutor | None = None
 _counter = itertools.count()
-_fallback_warned: set[tuple[str, str]] = set()
-
-
-class StoreFallbackWarning(UserWarning):
-    """The shared-memory directory was too small, so the store lives in ordinary files."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,14 +149,17 @@ def write_object(store_dir: str, object_id: bytes, value: SerializedValue) -> in
     size = value.total_size
     chunks = value.chunks()
     tmp = _temp_path(store_dir, object_id)
-    fd = _open_new(store_dir, tmp, size)
+    fd, allocated = _open_new(store_dir, tmp, size)
     try:
-        try:
-            _pwritev_all(fd, chunks)
-        except OSError as err:
-            if err.errno != errno.ENOSPC or trim_free_pool(store_dir) == 0:
-                raise
-            _pwritev_all(fd, chunks)
+        if allocated and size >= MAPPED_WRITE_MIN:
+            _write_mapped(fd, size, chunks)
+        else:
+            try:
+                _pwritev_all(fd, chunks)
+            except OSError as err:
+                if err.errno != errno.ENOSPC or trim_free_pool(store_dir) == 0:
+                    raise
+                _pwritev_all(fd, chunks)
     except BaseException:
         os.close(fd)
         _unlink_quiet(tmp)
@@ -172,6 +186,60 @@ def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
     finally:
         os.close(fd)
     return memoryview(mapping)
+
+
+class MappedObjects:
+    """Mappings of stored objects a worker keeps between the tasks queued on it.
+
+    Every task that takes a large stored argument would otherwise map it anew and fault
+    in each of its pages again (about 3 ms per 100 MiB); queued tasks often share an
+    argument (``put`` once, many tasks). Objects are immutable and a mapping stays valid
+    after the object is freed, so a kept mapping is always right; what it costs is
+    memory: a freed object's pages live (and its file cannot be recycled) until its
+    mappings are gone. So the worker calls :meth:`clear` when its queue has been empty for
+    ``MAPPED_LINGER_S`` (one timed wait, not a poll), and at most ``max_bytes`` stay
+    mapped (least recently used first out).
+    """
+
+    def __init__(self, max_bytes: int = 2 << 30, max_count: int = 16) -> None:
+        self.max_bytes = max_bytes
+        self.max_count = max_count
+        self._views: collections.OrderedDict[bytes, memoryview] = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0  #: lookups that found a kept mapping
+
+    def get(self, object_id: bytes) -> memoryview | None:
+        """The kept mapping of ``object_id``, if any."""
+        with self._lock:
+            view = self._views.get(object_id)
+            if view is not None:
+                self._views.move_to_end(object_id)
+                self.hits += 1
+            return view
+
+    def keep(self, object_id: bytes, view: memoryview) -> None:
+        """Keep ``view`` (a mapping from :func:`read_object`) for the next tasks."""
+        if view.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            old = self._views.pop(object_id, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._views[object_id] = view
+            self._bytes += view.nbytes
+            while self._bytes > self.max_bytes or len(self._views) > self.max_count:
+                _, dropped = self._views.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        """Forget every kept mapping (those no value still uses are unmapped)."""
+        with self._lock:
+            self._views.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._views)
 
 
 def delete_object(store_dir: str, object_id: bytes, *, recycle_limit: int = 0) -> int:
@@ -245,7 +313,7 @@ def restore_object(spill_dir: str, store_dir: str, object_id: bytes) -> int:
             _unlink_quiet(src)
             return size
         tmp = _temp_path(store_dir, object_id)
-        fd_out = _open_new(store_dir, tmp, size)
+        fd_out, _ = _open_new(store_dir, tmp, size)
         try:
             try:
                 _copy_fd(fd_in, fd_out, size)
@@ -272,13 +340,17 @@ def restore_object(spill_dir: str, store_dir: str, object_id: bytes) -> int:
 
 
 def free_pool_bytes(store_dir: str) -> int:
-    """Bytes held by freed files kept for reuse in ``store_dir``."""
-    return sum(size for size, _ in _pool_files(store_dir))
+    """Bytes held by freed files kept for reuse in ``store_dir`` (waiting ones included)."""
+    return sum(size for size, _ in _pool_files(store_dir) + _pool_files(store_dir, _BUSY_PREFIX))
 
 
 def trim_free_pool(store_dir: str, keep_bytes: int = 0) -> int:
-    """Delete pooled files (largest first) until at most ``keep_bytes`` remain; return freed."""
-    files = sorted(_pool_files(store_dir), reverse=True)
+    """Delete pooled files until at most ``keep_bytes`` remain; return the bytes freed.
+
+    Files still waiting for their readers go first, then the largest.
+    """
+    busy = sorted(_pool_files(store_dir, _BUSY_PREFIX), reverse=True)
+    files = busy + sorted(_pool_files(store_dir), reverse=True)
     total = sum(size for size, _ in files)
     freed = 0
     for size, path in files:
@@ -294,7 +366,30 @@ def trim_free_pool(store_dir: str, keep_bytes: int = 0) -> int:
     return freed
 
 
-def _pool_files(store_dir: str) -> list[tuple[int, str]]:
+def promote_waiting(store_dir: str) -> int:
+    """Move freed files whose readers are all gone into the pool; return their bytes.
+
+    A freed file that was still mapped waits under a hidden name (nobody can open it
+    any more) until its last mapping goes; call this before relying on the pool.
+    """
+    promoted = 0
+    for size, path in _pool_files(store_dir, _BUSY_PREFIX):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            if _lease_state(fd) == "free":
+                unique = os.path.basename(path).split("-", 2)[2]
+                os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
+                promoted += size
+        finally:
+            os.close(fd)
+    return promoted
+
+
+def _pool_files(store_dir: str, prefix: str = "") -> list[tuple[int, str]]:
+    """(size, path) of the pool's files: ready ones, or those named ``prefix<size>-...``."""
     free_dir = os.path.join(store_dir, FREE_DIR)
     try:
         names = os.listdir(free_dir)
@@ -302,11 +397,18 @@ def _pool_files(store_dir: str) -> list[tuple[int, str]]:
         return []
     out = []
     for name in names:
-        if name.startswith("."):
+        if prefix:
+            if not name.startswith(prefix):
+                continue
+            name = name[len(prefix) :]
+            full = prefix + name
+        elif name.startswith("."):
             continue
+        else:
+            full = name
         size, _, _ = name.partition("-")
         if size.isdigit():
-            out.append((int(size), os.path.join(free_dir, name)))
+            out.append((int(size), os.path.join(free_dir, full)))
     return out
 
 
@@ -328,39 +430,43 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
             os.rename(path, checking)  # from here on nobody can open it by its object name
         except FileNotFoundError:
             return 0
-        if _nobody_else_has_it_open(fd):
+        state = _lease_state(fd)
+        if state == "free":
             os.rename(checking, os.path.join(free_dir, f"{size}-{unique}"))
+        elif state == "busy":  # still mapped: wait (hidden) until promote_waiting sees it free
+            os.rename(checking, os.path.join(free_dir, f"{_BUSY_PREFIX}{size}-{unique}"))
         else:
-            os.unlink(checking)  # still mapped or open somewhere: never overwrite it
+            os.unlink(checking)
         return size
     finally:
         os.close(fd)
 
 
-def _nobody_else_has_it_open(fd: int) -> bool:
-    """True if no other open file description (or mapping) of ``fd``'s file exists."""
+def _lease_state(fd: int) -> str:
+    """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
+    ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
     try:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-    except OSError:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: leases unavailable
-        return False
+    except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
+        return "busy" if err.errno in (errno.EAGAIN, errno.EBUSY) else "unknown"
     fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-    return True
+    return "free"
 
 
-def _claim_recycled(store_dir: str, size: int, tmp: str) -> bool:
-    """Rename the best-fitting pooled file to ``tmp``; False if the pool has none."""
+def _claim_recycled(store_dir: str, size: int, tmp: str) -> int:
+    """Rename the best-fitting pooled file to ``tmp``; return its size (0: the pool had none)."""
     files = _pool_files(store_dir)
     if not files:
-        return False
-    fits = sorted(f for f in files if f[0] >= size)  # smallest that holds it
+        return 0
+    fits = sorted(f for f in files if size <= f[0] <= 2 * size + RECYCLE_MIN_SIZE)  # best fit
     smaller = sorted((f for f in files if f[0] < size), reverse=True)  # else reuse the most
-    for _, path in (fits + smaller)[:8]:
+    for had, path in (fits + smaller)[:8]:
         try:
             os.rename(path, tmp)
         except FileNotFoundError:  # another writer took it
             continue
-        return True
-    return False
+        return had
+    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,18 +477,24 @@ def _temp_path(directory: str, object_id: bytes) -> str:
     return os.path.join(directory, f"{_TMP_PREFIX}{object_id.hex()}-{os.getpid()}-{next(_counter)}")
 
 
-def _open_new(store_dir: str, tmp: str, size: int) -> int:
-    """Open ``tmp`` for writing ``size`` bytes: a recycled file if possible, else a new one."""
-    if size >= RECYCLE_MIN_SIZE and _claim_recycled(store_dir, size, tmp):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CLOEXEC)
+def _open_new(store_dir: str, tmp: str, size: int) -> tuple[int, bool]:
+    """Open ``tmp`` (read-write) for ``size`` bytes: a recycled file if possible, else a new one.
+
+    Returns ``(fd, allocated)``; ``allocated`` means every page of the ``size`` bytes is
+    already allocated (a recycled file at least that big), so the file may be written
+    through a mapping without risking ``SIGBUS`` on a full disk.
+    """
+    had = _claim_recycled(store_dir, size, tmp) if size >= RECYCLE_MIN_SIZE else 0
+    if had:
+        fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
         try:
             os.ftruncate(fd, size)
         except BaseException:
             os.close(fd)
             _unlink_quiet(tmp)
             raise
-        return fd
-    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+        return fd, had >= size
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE), False
 
 
 def _seal(tmp: str, final: str) -> None:
@@ -401,11 +513,63 @@ def _seal(tmp: str, final: str) -> None:
     os.unlink(tmp)
 
 
+def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
+    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping.
+
+    Only for files whose pages are all allocated (a recycled file): ``MAP_POPULATE`` maps
+    them in one call, so the copy runs without page faults at memcpy speed, and large
+    pieces are copied by numpy with the GIL released (by two threads when the piece is
+    big enough and the machine has two cores to spare).
+    """
+    mapping = mmap.mmap(
+        fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+    )
+    try:
+        dest = np.frombuffer(mapping, dtype=np.uint8)
+        pos = 0
+        for chunk in chunks:
+            n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+            if n >= _NUMPY_COPY_MIN:
+                _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
+            elif n:
+                mapping[pos : pos + n] = chunk
+            pos += n
+        del dest
+    finally:
+        mapping.close()
+
+
+def _parallel_copy(dest: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dest, src)``; halves in two threads for large copies on 2+ free cores."""
+    n = src.nbytes
+    if n < _PARALLEL_COPY_MIN or copy_threads < 2 or _cpus() < 2:
+        np.copyto(dest, src)
+        return
+    half = (n // 2) & ~4095
+    other = _copy_pool().submit(np.copyto, dest[half:], src[half:])
+    np.copyto(dest[:half], src[:half])
+    other.result()
+
+
+@functools.cache
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def _copy_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _copy_executor
+    if _copy_executor is None:
+        _copy_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbc-copy")
+    return _copy_executor
+
+
 def _pwritev_all(fd: int, chunks: list[bytes | memoryview]) -> None:
     """Write ``chunks`` back to back from offset 0, handling short writes and IOV_MAX."""
-    views = [memoryview(c) for c in chunks]
+    _pwritev_at(fd, [memoryview(c) for c in chunks], 0)
+
+
+def _pwritev_at(fd: int, views: list[memoryview], offset: int) -> None:
     count = len(views)
-    offset = 0
     i = 0
     while i < count:
         written = os.pwritev(fd, views[i : i + _IOV_MAX], offset)
@@ -458,168 +622,21 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
 
 
-# --------------------------------------------------------------------------------------------
-# directories and capacity
-
-
-def prepare_store_dir(
-    session_name: str,
-    node_id_hex: str,
-    capacity: int,
-    base_dir: str = "/dev/shm",
-    fallback_dir: str | None = None,
-) -> tuple[str, bool]:
-    """Create the node's store directory; return ``(directory, file_backed)``.
-
-    The directory is ``<base_dir>/nbcluster-<session_name>/<node_id_hex>`` (mode 0700)
-    when ``base_dir`` has at least ``capacity`` bytes free. Otherwise (Docker and Binder
-    give ``/dev/shm`` 64 MB, or it is missing or not writable) it is the same path under
-    ``fallback_dir`` (default: the system temporary directory), ``file_backed`` is True,
-    and a :class:`StoreFallbackWarning` is emitted once per session and base directory.
-    Raises ``PermissionError`` if a directory on the path exists but is a symlink or
-    belongs to another user (``/dev/shm`` and ``/tmp`` are shared by everyone).
-    """
-    _check_name("session_name", session_name)
-    _check_name("node_id_hex", node_id_hex)
-    if capacity <= 0:
-        raise ValueError(f"capacity must be positive, got {capacity}")
-    free = _free_bytes(base_dir)
-    writable = free is not None and os.access(base_dir, os.W_OK | os.X_OK)
-    if writable and free >= capacity:  # type: ignore[operator]
-        return _private_dirs(base_dir, f"nbcluster-{session_name}", node_id_hex), False
-    root = fallback_dir if fallback_dir is not None else tempfile.gettempdir()
-    key = (session_name, base_dir)
-    if key not in _fallback_warned:
-        _fallback_warned.add(key)
-        if free is None:
-            problem = "does not exist"
-        elif not writable:
-            problem = "is not writable"
-        else:
-            problem = (
-                f"has only {_fmt_bytes(free)} free, less than the {_fmt_bytes(capacity)} "
-                "the object store needs"
-            )
-        warnings.warn(
-            f"{base_dir} {problem}, so the object store uses ordinary files in {root}, "
-            "which is slower. Give the container more shared memory (docker run "
-            "--shm-size=2g; Kubernetes: an emptyDir with medium Memory on /dev/shm), or lower "
-            "object_store_memory (NBCLUSTER_OBJECT_STORE_MEMORY).",
-            StoreFallbackWarning,
-            stacklevel=2,
-        )
-    return _private_dirs(root, f"nbcluster-{session_name}", node_id_hex), True
-
-
-def remove_store_dir(store_dir: str) -> None:
-    """Delete a store directory, and its session directory if that is then empty."""
-    shutil.rmtree(store_dir, ignore_errors=True)
-    with contextlib.suppress(OSError):  # not empty: other nodes of the session remain
-        os.rmdir(os.path.dirname(store_dir.rstrip(os.sep)))
-
-
-def default_store_capacity(base_dir: str = "/dev/shm") -> int:
-    """The store size to use when none is configured.
-
-    30% of the memory this process may use (physical RAM, lowered to the cgroup limit
-    when one is set), and at least ``MIN_CAPACITY`` (64 MiB). When ``base_dir`` is big
-    enough to be worth using (90% of its free space is at least 64 MiB) the result is
-    also capped at 90% of its free space, so the store fits in shared memory. When it is
-    smaller than that (Docker's default 64 MB ``/dev/shm``) there is no cap:
-    :func:`prepare_store_dir` then falls back to a file-backed store of the full size.
-    """
-    want = max(int(_usable_memory() * 0.3), MIN_CAPACITY)
-    free = _free_bytes(base_dir)
-    if free is not None and int(free * 0.9) >= MIN_CAPACITY:
-        return min(want, int(free * 0.9))
-    return want
-
-
-def _usable_memory() -> int:
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    limit = _cgroup_memory_limit()
-    return min(total, limit) if limit else total
-
-
-def _cgroup_memory_limit(
-    proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
-) -> int | None:
-    """The memory limit of this process's cgroup (v2, else v1), or ``None`` if unlimited."""
-    candidates = []
-    try:
-        with open(proc_cgroup) as f:
-            for line in f:
-                if line.startswith("0::"):
-                    rel = line[3:].strip().lstrip("/")
-                    if rel:
-                        candidates.append(os.path.join(root, rel, "memory.max"))
-    except OSError:
-        pass
-    candidates += [
-        os.path.join(root, "memory.max"),
-        os.path.join(root, "memory", "memory.limit_in_bytes"),
-    ]
-    for path in candidates:
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            value = int(text)
-            return value if value < (1 << 60) else None  # v1 says "unlimited" with a huge number
-        return None  # "max": no limit
-    return None
-
-
-def _free_bytes(path: str) -> int | None:
-    try:
-        st = os.statvfs(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _private_dirs(root: str, session_part: str, node_part: str) -> str:
-    """Make ``root/session_part/node_part`` (0700), refusing directories owned by others."""
-    os.makedirs(root, _DIR_MODE, exist_ok=True)
-    session_dir = os.path.join(root, session_part)
-    for directory in (session_dir, os.path.join(session_dir, node_part)):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, _DIR_MODE)
-        st = os.lstat(directory)
-        if not os.path.isdir(directory) or os.path.islink(directory) or st.st_uid != os.getuid():
-            raise PermissionError(
-                f"{directory} exists but is not a directory owned by this user; remove it"
-            )
-    return os.path.join(session_dir, node_part)
-
-
-def _check_name(what: str, value: str) -> None:
-    if not _SAFE_NAME.fullmatch(value) or ".." in value:
-        raise ValueError(f"{what} must be letters, digits, '.', '_' or '-'; got {value!r}")
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 class RawWriter:
     """Write an object's encoded bytes piece by piece (a copy pulled from another node).
 
-    ``with RawWriter(store_dir, oid, size) as w: w.write(offset, data)``; on a clean exit
-    the object is sealed (published atomically), on an error the partial file is removed.
+    ``with RawWriter(store_dir, oid, size) as w: w.write(offset, data)``, or receive into
+    ``w.mapped()``; on a clean exit the object is sealed (published atomically), on an
+    error the partial file is removed.
     """
 
     def __init__(self, store_dir: str, object_id: bytes, size: int) -> None:
+        self.store_dir = store_dir
         self.final = object_path(store_dir, object_id)
         self.tmp = _temp_path(store_dir, object_id)
-        self.fd = _open_new(store_dir, self.tmp, size)
+        self.fd, self.allocated = _open_new(store_dir, self.tmp, size)
         self.size = size
+        self._mapping: mmap.mmap | None = None
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         """Write ``data`` at ``offset``."""
@@ -631,10 +648,43 @@ class RawWriter:
             view = view[n:]
             offset += n
 
+    def mapped(self) -> memoryview:
+        """A writable view of the whole file, to receive into (release it before exit).
+
+        The pages are reserved first (``posix_fallocate``, so a full disk raises
+        ``ENOSPC`` here and never ``SIGBUS`` later); a recycled file's pages are mapped at
+        once, and :meth:`prefault` faults in a fresh file's pages range by range.
+        """
+        if self._mapping is None:
+            if not self.allocated and self.size:
+                try:
+                    os.posix_fallocate(self.fd, 0, self.size)
+                except OSError as err:
+                    if err.errno != errno.ENOSPC or trim_free_pool(self.store_dir) == 0:
+                        raise
+                    os.posix_fallocate(self.fd, 0, self.size)
+            flags = mmap.MAP_SHARED | (_MAP_POPULATE if self.allocated else 0)
+            self._mapping = mmap.mmap(
+                self.fd, self.size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE
+            )
+        return memoryview(self._mapping)
+
+    def prefault(self, offset: int, length: int) -> None:
+        """Fault in ``[offset, offset + length)`` of the mapping for writing, in one call."""
+        if self._mapping is None or self.allocated or length <= 0:
+            return
+        start = offset & ~(mmap.PAGESIZE - 1)
+        with contextlib.suppress(OSError, ValueError):  # kernels before 5.14: faults come later
+            self._mapping.madvise(_MADV_POPULATE_WRITE, start, offset + length - start)
+
     def __enter__(self) -> RawWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._mapping is not None:
+            with contextlib.suppress(BufferError):  # a live view keeps the mapping
+                self._mapping.close()
+            self._mapping = None
         os.close(self.fd)
         if exc_type is not None:
             _unlink_quiet(self.tmp)
@@ -643,26 +693,68 @@ class RawWriter:
             _seal(self.tmp, self.final)
 
 
-def prewarm_pool(store_dir: str, total_bytes: int, file_bytes: int = 128 * 2**20) -> int:
-    """Fill the reuse pool with allocated files so the first large puts skip page allocation.
+def allocate_pool_files(store_dir: str, sizes: list[int]) -> int:
+    """Add files of these sizes, their pages allocated, to the reuse pool; return the bytes.
 
-    Writing into fresh tmpfs pages runs at about a quarter of memcpy; into allocated pages
-    at more than half. Returns the bytes allocated (0 where ``posix_fallocate`` fails).
+    The next writes of objects that fit them skip tmpfs page allocation (see
+    ``objects.pool``). Stops at the first ``posix_fallocate`` failure (a full disk).
     """
     free_dir = os.path.join(store_dir, FREE_DIR)
-    os.makedirs(free_dir, exist_ok=True)
+    os.makedirs(free_dir, mode=_DIR_MODE, exist_ok=True)
     made = 0
-    n = 0
-    while made + file_bytes <= total_bytes:
-        path = os.path.join(free_dir, f"{file_bytes}-{os.getpid()}-prewarm{n}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+    for size in sizes:
+        unique = f"{os.getpid()}-{next(_counter)}"
+        building = os.path.join(free_dir, _CHECK_PREFIX + unique)  # hidden from writers
+        fd = os.open(building, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
         try:
-            os.posix_fallocate(fd, 0, file_bytes)
+            # posix_fallocate reserves the pages, but tmpfs zeroes each one on its first
+            # write, so writing them now is what makes the later object write cheap.
+            os.posix_fallocate(fd, 0, size)
+            _write_zeros(fd, size)
         except OSError:
             os.close(fd)
-            _unlink_quiet(path)
+            _unlink_quiet(building)
             break
         os.close(fd)
-        made += file_bytes
-        n += 1
+        os.rename(building, os.path.join(free_dir, f"{size}-{unique}"))
+        made += size
     return made
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    zeros = memoryview(bytes(_ZERO_CHUNK))
+    offset = 0
+    while offset < size:
+        n = min(size - offset, _ZERO_CHUNK * _IOV_MAX)
+        views = [zeros] * (n // _ZERO_CHUNK)
+        if n % _ZERO_CHUNK:
+            views.append(zeros[: n % _ZERO_CHUNK])
+        _pwritev_at(fd, views, offset)
+        offset += n
+
+
+def pool_file_sizes(store_dir: str) -> list[int]:
+    """Sizes of the files in the reuse pool."""
+    return [size for size, _ in _pool_files(store_dir)]
+
+
+def drop_pool_files(store_dir: str, sizes: list[int]) -> int:
+    """Delete one pool file of each of these sizes (those still there); return the bytes."""
+    by_size: dict[int, list[str]] = {}
+    for size, path in _pool_files(store_dir):
+        by_size.setdefault(size, []).append(path)
+    freed = 0
+    for size in sizes:
+        paths = by_size.get(size)
+        if paths:
+            try:
+                os.unlink(paths.pop())
+            except FileNotFoundError:  # claimed by a writer meanwhile
+                continue
+            freed += size
+    return freed
+
+
+def spare_bytes(store_dir: str) -> int:
+    """Free bytes of the filesystem that holds ``store_dir``."""
+    return free_bytes(store_dir) or 0

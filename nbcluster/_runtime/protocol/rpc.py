@@ -400,16 +400,19 @@ class Channels:
         self._stubs: dict[tuple[str, str], AuthedStub] = {}
         self.retry_budget_s = 3.0
 
+    def channel(self, address: str) -> Any:
+        """The shared channel to ``address`` (for stubs of other services)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = make_channel(address, self.token, max_message_bytes=self.max_message_bytes)
+            self._channels[address] = channel
+        return channel
+
     def stub(self, address: str, kind: str) -> AuthedStub:
         key = (address, kind)
         stub = self._stubs.get(key)
         if stub is None:
-            channel = self._channels.get(address)
-            if channel is None:
-                channel = make_channel(
-                    address, self.token, max_message_bytes=self.max_message_bytes
-                )
-                self._channels[address] = channel
+            channel = self.channel(address)
             raw = {
                 "head": pb_grpc.HeadStub,
                 "node": pb_grpc.NodeManagerStub,

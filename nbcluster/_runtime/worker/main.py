@@ -27,12 +27,13 @@ from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
+from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import deserialize, serialize
 from nbcluster._runtime.task_events import error_info
-from nbcluster._runtime.worker.output import FLUSH_INTERVAL_S, OutputCapture
+from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
 
@@ -166,9 +167,11 @@ class Executor:
         self.exit_after_reply = threading.Event()
         self.events: list[pb.TaskEvent] = []
         self.events_lock = threading.Lock()
+        self.events_ready = Wakeup()
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
         self.output = OutputCapture()
+        self.mapped = MappedObjects()  # large arguments, kept while more tasks are queued
         self.actor: Any = None
         self.actor_id = b""
         self.actor_runner: Any = None  # set for threaded or async actors
@@ -234,7 +237,11 @@ class Executor:
     def run_forever(self) -> None:
         while True:
             try:
-                item = self.queue.get()
+                try:  # mapped arguments are kept for tasks that follow within a moment
+                    item = self.queue.get(timeout=MAPPED_LINGER_S if len(self.mapped) else None)
+                except queue.Empty:
+                    self.mapped.clear()  # idle: hold no freed object's memory
+                    continue
                 if item is None:
                     return
                 if item[0] == "create":
@@ -303,7 +310,10 @@ class Executor:
         client = self.client
         for loc in spec.resolved_args:
             if loc.in_store:
-                entry_buf = client.map_from_store_location(loc)
+                entry_buf = self.mapped.get(loc.object_id)
+                if entry_buf is None:
+                    entry_buf = client.map_from_store_location(loc)
+                    self.mapped.keep(loc.object_id, entry_buf)
                 values.append(deserialize(entry_buf))
             else:
                 values.append(deserialize(loc.data))
@@ -558,6 +568,7 @@ class Executor:
             ev.error_type, ev.error_message = self.last_error
         with self.events_lock:
             self.events.append(ev)
+        self.events_ready.set()
 
 
 class WorkerClient(CoreClient):
@@ -578,17 +589,10 @@ class WorkerClient(CoreClient):
         return self.map_from_store(loc.object_id, entry)
 
 
-async def _flush_output(executor: Executor) -> None:
-    while True:
-        await asyncio.sleep(FLUSH_INTERVAL_S)
-        task_id, sink, chunks = executor.output.drain()
-        if chunks and sink is not None:
-            sink.send_logs(task_id, chunks)
-
-
 async def _flush_events(client: CoreClient, executor: Executor) -> None:
     while True:
-        await asyncio.sleep(1.0)
+        await executor.events_ready.wait()  # no timer while no task runs
+        await asyncio.sleep(1.0)  # batch the events of a second
         with executor.events_lock:
             events, executor.events = executor.events, []
         if events:
@@ -638,7 +642,7 @@ def main() -> None:
             proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1)
         )
     asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
-    asyncio.run_coroutine_threadsafe(_flush_output(executor), client.loop)
+    asyncio.run_coroutine_threadsafe(flush_forever(executor.output), client.loop)
     install_output(executor.output)
     executor.run_forever()
 

@@ -283,3 +283,30 @@ def test_a_limit_stops_the_parquet_reader_early(tmp_path: pytest.TempPathFactory
     out = list(limited())
     assert sum(t.num_rows for t in out) == 5 and limited.num_rows == 5
     assert out[0].column("a").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_string_filter_expressions_become_arrow_expressions() -> None:
+    from nbcluster.data._expr import parse_expression
+
+    table = pa.table({"a": [1, 2, 3, None], "s": ["x", "y", "x", "z"], "v": [0.5, 1.5, 2.5, 3.5]})
+
+    def keep(text: str) -> list[int | None]:
+        return table.filter(parse_expression(text)).column("a").to_pylist()
+
+    assert keep("a > 1") == [2, 3]
+    assert keep("a >= 2 and s == 'x'") == [3]
+    assert keep("not (s == 'x') or v * 2 > 6") == [2, None]
+    assert keep("1 < a <= 3") == [2, 3]
+    assert keep("a is None") == [None]
+    assert keep("s in ['y', 'z'] and a is not None") == [2]
+    assert keep("-a < -2") == [3]
+    with pytest.raises(ValueError, match=r"__import__\('os'\)\" is not supported"):
+        parse_expression("__import__('os')")
+    with pytest.raises(ValueError, match="must refer to at least one column"):
+        parse_expression("1 + 1")
+
+
+def test_pandas_batches_are_views_where_arrow_allows() -> None:
+    block = pa.table({"a": np.arange(1000), "b": np.random.default_rng(0).random(1000)})
+    df = block_to_batch(block, "pandas")
+    assert np.shares_memory(df["a"].to_numpy(), block.column("a").chunk(0).to_numpy())

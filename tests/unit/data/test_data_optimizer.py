@@ -145,10 +145,11 @@ def test_task_maps_fuse_into_a_following_actor_pool() -> None:
     assert phys[1].uses_actors and len(phys[1].stages) == 3
 
 
-def test_reads_do_not_fuse_into_actor_pools() -> None:
+def test_reads_fuse_into_actor_pools_with_the_same_resources() -> None:
     plan = batches(read(), compute=ActorPoolStrategy(size=2))
     phys = to_physical(optimize(plan))
-    assert [p.kind for p in phys] == ["source", "map"] and phys[1].uses_actors
+    assert [(p.name, p.kind) for p in phys] == [("ReadParquet->MapBatches(g)", "source")]
+    assert phys[0].uses_actors and phys[0].read_tasks
 
 
 def test_all_to_all_limit_and_union_become_their_own_operators() -> None:
@@ -198,3 +199,49 @@ def test_projection_then_limit_both_reach_the_read() -> None:
     src = opt.inputs[0]
     assert src.columns == ["a"] and src.pushed_limit == 5 and len(src.tasks) == 1
     assert src.tasks[0].num_rows == 5
+
+
+def test_groupby_partial_aggregation_runs_in_the_producing_tasks() -> None:
+    from nbcluster.data.aggregate import Mean
+
+    agg = AllToAll(
+        (batches(read()),),
+        kind="aggregate",
+        params={"keys": ["a"], "aggs": [Mean("c")]},
+        label="Aggregate",
+    )
+    phys = to_physical(optimize(agg))
+    assert [p.name for p in phys] == ["ReadParquet->MapBatches(g)->PartialAggregate", "Aggregate"]
+    assert phys[1].all_to_all is not None and phys[1].all_to_all.params["partials"] is True
+    # After an actor pool (not fusible), the partial step is a task operator of its own.
+    pooled = AllToAll(
+        (batches(read(), compute=ActorPoolStrategy(size=1), remote_args={"num_gpus": 1}),),
+        kind="aggregate",
+        params={"keys": [], "aggs": [Mean("c")]},
+        label="Aggregate",
+    )
+    assert [p.kind for p in to_physical(optimize(pooled))] == ["source", "map", "map", "barrier"]
+
+
+def test_shuffle_partitioning_runs_in_the_producing_tasks() -> None:
+    shuffled = AllToAll(
+        (maprows(read()),), kind="random_shuffle", params={"seed": 3}, label="RandomShuffle"
+    )
+    phys = to_physical(optimize(shuffled))
+    assert [p.name for p in phys] == ["ReadParquet->Map(f)->ShuffleMap", "RandomShuffle"]
+    params = phys[1].all_to_all.params
+    assert params["premapped"] is True and params["partitions"] == 2  # 4 small reads -> 2 reducers
+    fixed = AllToAll((read(),), kind="repartition", params={"num_blocks": 7, "shuffle": True})
+    assert to_physical(optimize(fixed))[1].all_to_all.params["partitions"] == 7
+
+
+def test_shuffle_map_stage_partitions_and_repeats_with_a_seed() -> None:
+    from nbcluster.data._transform import SHUFFLE_OFFSETS, ShuffleMapStage
+
+    table = pa.table({"a": list(range(100))})
+    out = list(ShuffleMapStage(4, seed=1).apply(iter([table.slice(0, 50), table.slice(50)])))
+    assert len(out) == 1 and sorted(out[0].column("a").to_pylist()) == list(range(100))
+    offsets = __import__("json").loads(out[0].schema.metadata[SHUFFLE_OFFSETS])
+    assert offsets[0] == 0 and offsets[-1] == 100 and len(offsets) == 5
+    again = list(ShuffleMapStage(4, seed=1).apply(iter([table])))[0]
+    assert again.column("a").to_pylist() == out[0].column("a").to_pylist()

@@ -290,3 +290,53 @@ def test_lost_actor_work_is_run_again() -> None:
 def test_operators_must_be_in_topological_order() -> None:
     with pytest.raises(ValueError, match="out of order"):
         StreamingState([OpSpec("Map", "map", inputs=(1,)), SRC], cpu_limit=1, budget=1)
+
+
+def test_blocks_a_dataset_already_holds_do_not_use_the_budget() -> None:
+    # 100 materialized blocks of 1 MB against a 40 MB budget: the map still runs 2 at once.
+    sim = chain(OpSpec("In", "source", cpus=0), MAP, cpu=2, budget=40 * MB)
+    sim.state.add_source_bundles(0, [BundleInfo(i, 10, MB) for i in range(1, 101)])
+    sim.step()
+    assert len(sim.dispatched(1)) == 2
+    assert sim.state.total_usage == 2 * MB  # the two running tasks' estimated outputs
+
+
+def test_a_read_fused_into_a_pool_runs_on_its_actors_and_scales() -> None:
+    fused = OpSpec("Read->MapBatches(Model)", "source", actor_pool=(1, 2))
+    sim = chain(fused, cpu=2, max_in_flight_per_actor=1)
+    sim.state.add_source_tasks(0, [(100, MB)] * 6)
+    for _ in range(3):
+        sim.step()
+    assert len(sim.started) == 2  # six reads waiting: the pool grows to its max
+    assert all(d.actor is not None for d in sim.running.values())
+    while sim.running:
+        for d in list(sim.running.values()):
+            sim.finish(d.task)
+        sim.step()
+    assert sim.state.done and len(sim.emitted) == 6
+    assert {s.actor for s in sim.stopped} == {s.actor for s in sim.started}
+
+
+def test_lost_work_keeps_its_place_when_order_is_preserved() -> None:
+    fused = OpSpec("Read->MapBatches(Model)", "source", actor_pool=(1, 1))
+    sim = chain(fused, cpu=2, max_in_flight_per_actor=2, preserve_order=True)
+    sim.state.add_source_tasks(0, [(1, 1)] * 3)
+    sim.step()
+    actor = sim.started[0].actor
+    first, second = sorted(sim.running)
+    lost = sim.running.pop(first)
+    sim.state.task_lost(0, first)
+    sim.state.actor_died(0, actor)
+    later = sim.finish(second)  # the second read finishes before the first is re-run
+    sim.step()
+    assert sim.emitted == []  # held back: the lost first read comes first
+    rerun = [d for d in sim.running.values() if d.inputs == lost.inputs]
+    assert rerun, sim.running
+    again = sim.finish(rerun[0].task)
+    sim.step()
+    assert sim.emitted[:2] == [again, later]
+    while sim.running:
+        for d in list(sim.running.values()):
+            sim.finish(d.task)
+        sim.step()
+    assert sim.state.done and len(sim.emitted) == 3

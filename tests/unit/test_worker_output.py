@@ -1,0 +1,109 @@
+"""Task output capture in a worker: buffers, folding, and a flusher that never polls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from nbcluster._runtime.worker import output
+from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, list[tuple[str, str, int]]]] = []
+
+    def send_logs(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
+        self.sent.append((task_id, chunks))
+
+
+def test_writes_outside_a_task_are_not_captured() -> None:
+    cap = OutputCapture()
+    assert cap.write("stdout", "hello\n") is False
+    assert cap.drain() == (b"", None, [])
+
+
+def test_a_task_output_is_buffered_and_folded_beyond_the_limits() -> None:
+    cap = OutputCapture()
+    sink = Sink()
+    cap.begin(b"t1", sink)
+    for i in range(output.MAX_LINES_PER_FLUSH + 50):
+        assert cap.write("stdout", f"line {i}\n")
+    cap.write("stderr", "oops\n")
+    task_id, got_sink, chunks = cap.drain()
+    assert task_id == b"t1" and got_sink is sink
+    (out_name, out_text, dropped), (err_name, err_text, err_dropped) = chunks
+    assert (out_name, err_name) == ("stdout", "stderr")
+    assert out_text.count("\n") == output.MAX_LINES_PER_FLUSH and dropped == 50
+    assert (err_text, err_dropped) == ("oops\n", 0)
+    cap.write("stdout", "after\n")
+    assert cap.end() == (b"t1", sink, [("stdout", "after\n", 0)])
+    assert cap.write("stdout", "no task\n") is False
+
+
+def test_only_the_first_write_into_empty_buffers_wakes_the_flusher() -> None:
+    cap = OutputCapture()
+    calls = []
+    cap.wakeup.set = lambda: calls.append(1)  # type: ignore[method-assign]
+    cap.begin(b"t", Sink())
+    cap.write("stdout", "a")
+    cap.write("stdout", "b")
+    cap.write("stderr", "c")
+    assert calls == [1]
+    cap.drain()
+    cap.write("stdout", "d")
+    assert calls == [1, 1]
+
+
+def test_wakeup_set_before_the_waiter_and_from_other_threads() -> None:
+    async def main() -> None:
+        w = Wakeup()
+        w.set()  # before anyone waits: not lost
+        await asyncio.wait_for(w.wait(), 1)
+        waiter = asyncio.ensure_future(w.wait())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        t = threading.Thread(target=lambda: [w.set() for _ in range(5)])
+        t.start()
+        t.join()
+        await asyncio.wait_for(waiter, 1)
+        again = asyncio.ensure_future(w.wait())  # the five sets were one wake-up
+        await asyncio.sleep(0.02)
+        assert not again.done()
+        again.cancel()
+
+    asyncio.run(main())
+
+
+def test_the_flusher_sends_what_is_written_and_sleeps_while_nothing_is() -> None:
+    async def main() -> None:
+        cap = OutputCapture()
+        sink = Sink()
+        wakeups = 0
+        real_wait = cap.wakeup.wait
+
+        async def counting_wait() -> None:
+            nonlocal wakeups
+            await real_wait()
+            wakeups += 1
+
+        cap.wakeup.wait = counting_wait  # type: ignore[method-assign]
+        flusher = asyncio.ensure_future(flush_forever(cap, interval=0.01))
+        await asyncio.sleep(0.1)
+        assert wakeups == 0 and sink.sent == []  # idle: not one wake-up
+        cap.begin(b"t", sink)
+        threading.Thread(target=cap.write, args=("stdout", "from a thread\n")).start()
+        for _ in range(100):
+            if sink.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert sink.sent == [(b"t", [("stdout", "from a thread\n", 0)])]
+        await asyncio.sleep(0.1)
+        assert wakeups == 1  # and idle again
+        flusher.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await flusher
+
+    asyncio.run(main())
