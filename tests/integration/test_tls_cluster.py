@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 import nbcluster
@@ -21,6 +22,7 @@ from nbcluster._runtime import proc
 from nbcluster._runtime.protocol import tls
 from nbcluster._runtime.protocol.rpc import pb, pb_grpc
 from nbcluster.testing import assert_no_processes
+from nbcluster.util import NodeAffinitySchedulingStrategy as NA
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +61,7 @@ def test_every_connection_uses_tls_and_foreign_or_plain_peers_are_refused(
     for k, v in certs.env().items():
         monkeypatch.setenv(k, v)  # this driver and every process it starts
     monkeypatch.setenv("NBCLUSTER_REQUIRE_ENCRYPTION", "1")
-    info = cluster(num_cpus=1)
+    info = cluster(num_cpus=1, _nodes=2)
 
     @nbcluster.remote
     def square(x: int) -> int:
@@ -80,11 +82,21 @@ def test_every_connection_uses_tls_and_foreign_or_plain_peers_are_refused(
     big = nbcluster.put(b"x" * 2_000_000)
     assert len(nbcluster.get(big)) == 2_000_000
 
+    @nbcluster.remote
+    def make() -> np.ndarray:
+        return np.arange(3_000_000, dtype=np.int64)
+
+    me = nbcluster.get_runtime_context().get_node_id()
+    other = next(n["NodeID"] for n in nbcluster.nodes() if n["NodeID"] != me)
+    made_there = make.options(scheduling_strategy=NA(other)).remote()
+    # Pulled from the other node's store over the data plane, inside TLS.
+    assert int(nbcluster.get(made_there, timeout=60).sum()) == int(np.arange(3_000_000).sum())
+
     token = proc.read_token(Path(info.session_dir) / proc.TOKEN_FILE)
     # A plain client never gets a TLS server to answer (not even with the token).
     assert _register(info.address, token, None, [], "intruder") == "UNAVAILABLE"
-    node_address = nbcluster.nodes()[0]["NodeManagerAddress"]
-    node_port = nbcluster.nodes()[0]["NodeManagerPort"]
+    node_address = nbcluster.nodes()[-1]["NodeManagerAddress"]
+    node_port = nbcluster.nodes()[-1]["NodeManagerPort"]
     plain = grpc.insecure_channel(f"{node_address}:{node_port}")
     with pytest.raises(grpc.RpcError) as err:  # the node manager too
         pb_grpc.NodeManagerStub(plain).GetNodeStats(

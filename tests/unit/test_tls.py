@@ -7,6 +7,7 @@ certificate comes from another CA is refused in the handshake.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import stat
@@ -163,3 +164,46 @@ def test_require_encryption_fails_closed_without_tls() -> None:
 def test_an_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="backend must be"):
         tls.make_cluster_certificates(tmp_path, backend="gnutls")
+
+
+def test_the_object_data_plane_uses_the_same_contexts(
+    certs: tls.TlsSettings, foreign: tls.TlsSettings, tmp_path: Path
+) -> None:
+    """Node-to-node object pulls (objects/transfer.py) over TLS with these contexts; a plain
+    or foreign-CA client gets nothing."""
+    from nbcluster._runtime.objects import transfer
+
+    data = os.urandom(3 * 2**20 + 17)
+    path = tmp_path / "obj"
+    path.write_bytes(data)
+    token = "t" * 64
+    srv = transfer.DataServer(
+        token,
+        lambda oid: (str(path), len(data)) if oid == b"o" else None,
+        ssl_context=tls.ssl_context(certs, server=True),
+        hello_timeout=2.0,
+    ).start()
+    try:
+
+        def pull(client: tls.TlsSettings | None) -> bytes:
+            dest = bytearray(len(data))
+            transfer.pull_object(
+                srv.address,
+                token,
+                b"o",
+                memoryview(dest),
+                parts=2,
+                ssl_context=tls.ssl_context(client, server=False) if client else None,
+                server_hostname=client.server_name if client else None,
+                timeout=5,
+                attempts=1,
+            )
+            return bytes(dest)
+
+        assert pull(certs) == data
+        intruder = tls.TlsSettings(certs.ca_file, foreign.cert_file, foreign.key_file)
+        for client in (None, intruder, foreign):
+            with pytest.raises((transfer.TransferError, OSError)):
+                pull(client)
+    finally:
+        srv.close()
