@@ -16,7 +16,7 @@ BENCH_ARGS ?=
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-unit lint proto-check lab bench clean distclean labext test-js chromium
+.PHONY: help venv test test-unit lint proto-check lab bench clean distclean labext test-js chromium iproute2
 
 help:
 	@echo "make lab        create .venv, install nbcluster, open JupyterLab on notebooks/"
@@ -27,6 +27,7 @@ help:
 	@echo "make labext     rebuild the JupyterLab extension (labextension/) after editing it"
 	@echo "make test-js    the lab extension's jest tests"
 	@echo "make chromium   apt-get install chromium for the browser tests (when missing; root)"
+	@echo "make iproute2   apt-get install iproute2 for the multi-host tests (when missing; root)"
 	@echo "make clean      remove caches and build output (distclean also removes .venv)"
 
 # The venv itself: created once.
@@ -59,7 +60,7 @@ lint: $(STAMP)
 proto-check: $(STAMP)
 	$(BIN)/python -m nbcluster._runtime.protocol._gen --check
 
-test: venv lint proto-check labext test-js chromium
+test: venv lint proto-check labext test-js chromium iproute2
 	$(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
@@ -97,6 +98,20 @@ chromium:
 		else \
 			echo "make: /usr/bin/chromium is missing and cannot be installed here (needs root" \
 				"and apt-get); the browser tests will be skipped" >&2; \
+		fi; \
+	fi
+
+# iproute2 (`ip netns`) for the multi-host tests (tests/multinode), which build several hosts
+# out of network namespaces as root. Idempotent. With CI=true those tests fail, not skip, when
+# namespaces cannot be made, so CI must have it.
+iproute2:
+	@if ! command -v ip >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2; \
+		else \
+			echo "make: the 'ip' command (iproute2) is missing and cannot be installed here" \
+				"(needs root and apt-get); the multi-host tests will be skipped (failed with CI=true)" >&2; \
 		fi; \
 	fi
 

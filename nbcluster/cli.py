@@ -22,6 +22,9 @@ from pathlib import Path
 
 from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
+from nbcluster._runtime.netaddr import route_address, split_host_port
+from nbcluster._runtime.protocol.tls import TlsSettings
+from nbcluster.cluster import exposure_warning, own_sessions, proc_is_loopback, signallable
 from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
 
@@ -48,6 +51,10 @@ def cmd_start(args: argparse.Namespace) -> int:
         print("nbcluster start: give exactly one of --head or --address HOST:PORT", file=sys.stderr)
         return 2
     resources = json.loads(args.resources) if args.resources else None
+    tls_env = _tls_env(args)
+    if tls_env is None:
+        return 2
+    os.environ.update(tls_env)  # this process talks to the cluster too
     if args.head:
         from nbcluster.cluster import LocalCluster
 
@@ -56,10 +63,19 @@ def cmd_start(args: argparse.Namespace) -> int:
             num_gpus=args.num_gpus,
             resources=resources,
             object_store_memory=args.object_store_memory,
-            host=args.host,
+            host=args.host or "127.0.0.1",
             port=args.port,
             detached=not args.block,
+            env=tls_env,
+            tls=args.tls,
         ).start()
+        tls_flags = ""
+        if cluster.tls_env:
+            os.environ.update(cluster.tls_env)
+            ca, cert, key = (
+                cluster.tls_env[f"NBCLUSTER_TLS_{k}"] for k in ("CA_CERT", "CERT", "KEY")
+            )
+            tls_flags = f" --tls-ca {ca} --tls-cert {cert} --tls-key {key}"
         print(f"nbcluster head started at {cluster.address}")
         print(
             f"  token file:  {cluster.token_file}   (keep it secret: it lets anyone run code as you)"
@@ -67,13 +83,49 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"  session dir: {cluster.session_dir}")
         print(
             f"  join a node: nbcluster start --address {cluster.address} --token-file {cluster.token_file}"
+            + tls_flags
         )
         print(f"  connect:     nbcluster.init(address='{cluster.address}')   or   address='auto'")
+        if tls_flags:
+            print(
+                "  TLS:         every connection is encrypted; drivers need "
+                + " ".join(f"{k}={v}" for k, v in cluster.tls_env.items() if "NAME" not in k)
+            )
         sys.stdout.flush()
         if args.block:
             _block(cluster.stop)
         return 0
     return _join(args, resources)
+
+
+def _tls_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """The TLS variables for the processes to start ({} without TLS; None after an error)."""
+    given = [args.tls_ca, args.tls_cert, args.tls_key]
+    if any(given) and not all(given):
+        print("nbcluster start: give all of --tls-ca, --tls-cert and --tls-key", file=sys.stderr)
+        return None
+    env: dict[str, str] = {}
+    if all(given):
+        env = {
+            "NBCLUSTER_TLS_CA_CERT": os.path.abspath(args.tls_ca),
+            "NBCLUSTER_TLS_CERT": os.path.abspath(args.tls_cert),
+            "NBCLUSTER_TLS_KEY": os.path.abspath(args.tls_key),
+        }
+    if args.tls and args.address and not all(given):
+        print(
+            "nbcluster start: to join a TLS cluster pass the files the head printed: "
+            "--tls-ca, --tls-cert and --tls-key",
+            file=sys.stderr,
+        )
+        return None
+    if args.require_encryption:
+        env["NBCLUSTER_REQUIRE_ENCRYPTION"] = "1"
+    try:
+        TlsSettings.from_env({**os.environ, **env})
+    except (ValueError, OSError) as err:
+        print(f"nbcluster start: {err}", file=sys.stderr)
+        return None
+    return env
 
 
 def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
@@ -94,6 +146,20 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         )
         return 2
     session_dir = (session.resolve() if session else None) or proc.new_session_dir(_temp_dir())
+    host = args.host
+    if not host:  # listen on (and advertise) the address through which we reach the head
+        try:
+            host = route_address(split_host_port(args.address)[0])
+        except (OSError, ValueError) as err:
+            print(
+                f"nbcluster start: cannot tell which address of this host reaches {args.address} "
+                f"({err}); pass --host ADDRESS",
+                file=sys.stderr,
+            )
+            return 2
+    exposed = exposure_warning(host, tls=TlsSettings.from_env(os.environ) is not None)
+    if exposed:
+        print(f"nbcluster start: warning: {exposed}", file=sys.stderr)
     cmd = [
         sys.executable,
         "-m",
@@ -105,7 +171,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         "--head-address",
         args.address,
         "--host",
-        args.host,
+        host,
     ]
     if args.node_name:
         cmd += ["--node-name", args.node_name]
@@ -117,7 +183,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         cmd += ["--resources", json.dumps(resources)]
     if args.object_store_memory:
         cmd += ["--object-store-memory", str(args.object_store_memory)]
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if not proc_is_loopback(host):
         cmd.append("--allow-external")
     nodes_dir = Path(session_dir) / "nodes"
     before = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
@@ -142,6 +208,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         print("nbcluster start: the node did not register within 60 s", file=sys.stderr)
         p.kill()
         return 1
+    _warn_if_unreachable(args.address, token_file, now - before)
     pids_file = Path(session_dir) / "pids.json"
     pids = json.loads(pids_file.read_text()) if pids_file.exists() else {"head": 0, "nodes": []}
     pids["nodes"].append(p.pid)
@@ -159,6 +226,20 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
 
         _block(stop)
     return 0
+
+
+def _warn_if_unreachable(head_address: str, token_file: str, new_files: set[Path]) -> None:
+    """Say once if the head cannot reach the node that just joined (it gets no work then)."""
+    from nbcluster._runtime.head import reachability
+
+    for f in new_files:
+        try:
+            node_id = bytes.fromhex(json.loads(f.read_text())["node_id"])
+        except (OSError, ValueError, KeyError):
+            continue
+        message = reachability.ask(head_address, proc.read_token(token_file), node_id)
+        if message:
+            print(f"nbcluster start: warning: {message}", file=sys.stderr)
 
 
 def _block(stop: object) -> None:
@@ -204,19 +285,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    base = Path(_temp_dir())
     stopped = 0
-    for session in sorted(base.glob("session_*")):
+    for session in own_sessions(_temp_dir()):  # never another user's (or a writable) session
         pids_file = session / "pids.json"
-        if not pids_file.exists():
+        try:
+            pids = json.loads(pids_file.read_text())
+        except (OSError, ValueError):
             continue
-        pids = json.loads(pids_file.read_text())
         if (session / "autoscaler").is_dir():  # its autoscaler and the nodes it launched
             from nbcluster.autoscaler.cli import stop_autoscaled
 
             stopped += stop_autoscaled(session)
         for pid in [*pids.get("nodes", []), pids.get("head", 0)]:
-            if pid and proc.pid_alive(pid) and _is_ours(pid, session):
+            if pid and signallable(pid) and _is_ours(pid, session):
                 os.kill(pid, signal.SIGTERM)
                 stopped += 1
         pids_file.unlink()
@@ -254,10 +335,29 @@ def main(argv: list[str] | None = None) -> int:
         "--head", action="store_true", help="start a new cluster (head + a node on this host)"
     )
     p.add_argument("--address", default="", help="HOST:PORT of a head to join as a node")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--host",
+        default=None,
+        help="address to listen on: default 127.0.0.1 for --head; with --address, the address "
+        "of this host on the route to the head (what other hosts reach it through)",
+    )
     p.add_argument("--port", type=int, default=0, help="head port (default: any free port)")
     p.add_argument("--node-name", default="", help="name of this node (default: hostname)")
     p.add_argument("--token-file", default="", help="token file of the cluster to join")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="with --head: make a CA and certificate for this cluster and encrypt every "
+        "connection (prints the files that nodes and drivers need)",
+    )
+    p.add_argument("--tls-ca", default="", help="CA certificate (PEM) that signs the cluster's")
+    p.add_argument("--tls-cert", default="", help="this cluster's certificate (PEM)")
+    p.add_argument("--tls-key", default="", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--require-encryption",
+        action="store_true",
+        help="refuse to run without TLS (and TLS servers refuse plain connections)",
+    )
     _add_resource_args(p)
     p.set_defaults(fn=cmd_start)
     p = sub.add_parser("status", help="show the nodes and resources of a cluster")

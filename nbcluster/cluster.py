@@ -10,16 +10,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.protocol.tls import TlsSettings, make_cluster_certificates
 
-__all__ = ["LocalCluster", "find_session"]
+__all__ = [
+    "LocalCluster",
+    "exposure_warning",
+    "find_session",
+    "own_sessions",
+    "signallable",
+    "trusted_session",
+]
 
 
 class LocalCluster:
@@ -28,6 +39,9 @@ class LocalCluster:
     ``LocalCluster(num_cpus=4).start()`` returns once the head and every node are serving;
     ``address`` is then the head's ``host:port`` and ``token_file`` the token's path.
     With ``detached=True`` the processes outlive this object's process (the CLI uses it).
+    With ``tls=True`` a fresh CA and cluster certificate are made in ``<session>/tls`` and
+    every process of the cluster talks TLS (``tls_env`` is what other processes then need);
+    TLS files already named by ``NBCLUSTER_TLS_*`` variables are used as they are.
     """
 
     def __init__(
@@ -48,6 +62,7 @@ class LocalCluster:
         max_nodes: int | None = None,
         idle_timeout_s: float | None = None,
         autoscaler_config: dict[str, Any] | None = None,
+        tls: bool = False,
     ) -> None:
         if node_configs is not None:
             nodes = len(node_configs)
@@ -84,6 +99,7 @@ class LocalCluster:
         self.detached = detached
         self.temp_dir = temp_dir
         self.env = dict(env or {})
+        self.tls = tls
         self._token = token
         self.session_dir: Path | None = None
         self.token_file: Path | None = None
@@ -99,11 +115,18 @@ class LocalCluster:
         from nbcluster.config import Config
 
         config = Config.from_env({**os.environ, **self.env})
+        given_tls = TlsSettings.from_env({**os.environ, **self.env})
+        exposed = exposure_warning(self.host, tls=self.tls or given_tls is not None)
+        if exposed:  # on the terminal (or under the cell), not only in a log
+            warnings.warn(exposed, stacklevel=2)
         self.session_dir = proc.new_session_dir(self.temp_dir or config.temp_dir)
         proc.create_token_file(
             self.session_dir, self._token or os.environ.get("NBCLUSTER_TOKEN") or None
         )
         self.token_file = self.session_dir / proc.TOKEN_FILE
+        if self.tls and given_tls is None:
+            made = make_cluster_certificates(self.session_dir / "tls", hosts=[self.host])
+            self.env.update(made.env())
         if not self.detached:
             self._pipe_r, self._pipe_w = os.pipe()
             os.set_inheritable(self._pipe_r, True)
@@ -241,6 +264,12 @@ class LocalCluster:
         proc.write_atomic(self.session_dir / "pids.json", json.dumps(pids))
 
     # -- info --------------------------------------------------------------------------------
+    @property
+    def tls_env(self) -> dict[str, str]:
+        """The ``NBCLUSTER_TLS_*`` variables a driver or joining node needs ({} without TLS)."""
+        found = TlsSettings.from_env({**os.environ, **self.env})
+        return found.env() if found is not None else {}
+
     @property
     def token(self) -> str:
         """The cluster token (keep it secret: it lets anyone run code as you)."""
@@ -382,6 +411,19 @@ class LocalCluster:
         self._pipe_w = self._pipe_r = -1
         self.nodes = []
         self.head = None
+        self._remove_stores()
+
+    def _remove_stores(self) -> None:
+        """Delete what killed node managers left in shared memory (a node stopped cleanly
+        removes its own store; one that was SIGKILLed cannot, and /dev/shm is RAM)."""
+        if self.session_dir is None or self.detached:
+            return
+        from nbcluster.config import Config
+
+        base = Config.from_env({**os.environ, **self.env}).store_base_dir
+        stores = Path(base) / f"nbcluster-{self.session_dir.name}"
+        if stores.is_dir() and not stores.is_symlink() and stores.stat().st_uid == os.geteuid():
+            shutil.rmtree(stores, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self.start() if self.head is None else self
@@ -393,6 +435,17 @@ class LocalCluster:
         return f"LocalCluster(address={self.address!r}, nodes={self.num_nodes})"
 
 
+def exposure_warning(host: str, tls: bool = False) -> str | None:
+    """The warning for a listener beyond loopback without TLS (None when there is none)."""
+    if proc_is_loopback(host) or tls:
+        return None
+    return (
+        f"listening on {host}, beyond this machine, without TLS: the cluster token and all "
+        "data (pickled functions and objects) cross the network in clear text, and anyone who "
+        "sees the token can run code as you. Use it only on a network you trust."
+    )
+
+
 def proc_is_loopback(host: str) -> bool:
     """True for loopback addresses (the only ones bound without an explicit opt-in)."""
     from nbcluster._runtime.protocol.rpc import is_loopback
@@ -400,31 +453,73 @@ def proc_is_loopback(host: str) -> bool:
     return is_loopback(host)
 
 
+def trusted_session(path: Path) -> bool:
+    """Whether a session directory may be used: a real directory (not a symlink) that this
+    user owns and that nobody else can write.
+
+    In a root shared by several users (``/tmp/nbcluster``) anyone can create a
+    ``session_*`` directory; one that another user made (or could change) could point this
+    user's driver, ``nbcluster stop`` or ``%cluster connect`` at a head of their choosing,
+    or at PIDs to signal.
+    """
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.geteuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def signallable(pid: int) -> bool:
+    """True when ``pid`` exists and this user may signal it.
+
+    A PID this user cannot signal is not the head of one of its sessions (that PID was
+    reused by another user's process), so it does not count as alive.
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:  # ProcessLookupError, or PermissionError: someone else's process
+        return False
+    return True
+
+
+def own_sessions(temp_dir: str) -> list[Path]:
+    """This user's trusted session directories under ``temp_dir``, newest first."""
+    base = Path(temp_dir)
+    try:
+        found = [p for p in base.glob("session_*") if trusted_session(p)]
+    except OSError:
+        return []
+
+    def mtime(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(found, key=mtime, reverse=True)
+
+
 def find_session(address: str | None, temp_dir: str) -> Path | None:
     """The session directory of a cluster on this host.
 
     ``address`` None or ``"auto"``: the newest session whose head is alive; otherwise the
-    session whose head listens on ``address``.
+    session whose head listens on ``address``. Only this user's trusted session
+    directories count (:func:`trusted_session`), and only a head PID this user can signal.
     """
-    base = Path(temp_dir)
-    if not base.exists():
-        return None
-    sessions = sorted(
-        (
-            p
-            for p in base.glob("session_*")
-            if not p.is_symlink() and (p / proc.HEAD_ADDRESS_FILE).exists()
-        ),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    for s in sessions:
+    for s in own_sessions(temp_dir):
         try:
             head_pid = int((s / "head.pid").read_text())
-        except (FileNotFoundError, ValueError):
+            head_address = (s / proc.HEAD_ADDRESS_FILE).read_text().strip()
+        except (OSError, ValueError):
             continue
-        if not proc.pid_alive(head_pid):
+        if not signallable(head_pid):
             continue
-        if address in (None, "auto") or (s / proc.HEAD_ADDRESS_FILE).read_text().strip() == address:
+        if address in (None, "auto") or head_address == address:
             return s
     return None

@@ -4,7 +4,8 @@
   arguments and returns its ``ClusterInfo``; teardown shuts it down and checks that every
   process of the session has ended.
 - ``shared_cluster``: one 2-CPU cluster per test module (faster); each test that uses it is
-  followed by a health check (resources back, tasks still run).
+  followed by a health check (resources back, no orphan processes, no threads or file
+  descriptors leaked by the test, an actor and 100 tasks still run).
 Every test runs in its own temp dir for cluster sessions (``NBCLUSTER_TEMP_DIR``).
 """
 
@@ -12,12 +13,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import nbcluster
-from nbcluster.testing import assert_cluster_healthy, assert_no_processes
+from nbcluster.config import Config
+from nbcluster.testing import (
+    assert_cluster_healthy,
+    assert_no_leaks,
+    assert_no_processes,
+    health_baseline,
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,6 +47,8 @@ def _shutdown_and_check() -> None:
     nbcluster.shutdown()
     if session and started_here:
         assert_no_processes(session, timeout=10)
+        stores = Path(Config.from_env().store_base_dir) / f"nbcluster-{Path(session).name}"
+        assert not stores.exists(), f"object store files left in {stores}"
 
 
 @pytest.fixture
@@ -46,12 +56,14 @@ def cluster() -> Iterator[Callable[..., Any]]:
     """Factory: start a cluster in this process with ``nbcluster.init(**kwargs)``."""
     if nbcluster.is_initialized():
         nbcluster.shutdown()
+    baseline = health_baseline()
 
     def start(**kwargs: Any) -> Any:
         return nbcluster.init(**kwargs)
 
     yield start
     _shutdown_and_check()
+    assert_no_leaks(baseline, timeout=10)  # the driver's threads and sockets went with it
 
 
 @pytest.fixture(scope="module")
@@ -68,5 +80,6 @@ def shared_cluster(_module_cluster: Any) -> Iterator[Any]:
     """A 2-CPU cluster shared by the tests of a module; checked for health after each test."""
     if not nbcluster.is_initialized():
         pytest.fail("the module's shared cluster was shut down by an earlier test")
+    baseline = health_baseline()
     yield _module_cluster
-    assert_cluster_healthy(timeout=15)
+    assert_cluster_healthy(timeout=15, baseline=baseline)

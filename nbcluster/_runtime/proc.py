@@ -63,19 +63,30 @@ def read_token(path: str | os.PathLike[str]) -> str:
 
 
 def new_session_dir(temp_dir: str) -> Path:
-    """Create ``<temp_dir>/session_<time>_<pid>`` (mode 0700) and point ``session_latest`` at it."""
+    """Create ``<temp_dir>/session_<time>_<pid>`` (mode 0700) and point ``session_latest`` at it
+    (``session_latest_<uid>`` in a root shared by several users)."""
     base = Path(temp_dir)
-    base.mkdir(parents=True, exist_ok=True, mode=0o1777 if str(base) == "/tmp/nbcluster" else 0o700)
+    shared = str(base) == "/tmp/nbcluster"  # the default root, shared by every user
+    if not base.exists():
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if shared:  # world-writable and sticky like /tmp (mkdir's mode is cut by the umask)
+            with contextlib.suppress(PermissionError):
+                os.chmod(base, 0o1777)
+    shared = shared or base.stat().st_mode & 0o1002 == 0o1002  # any sticky, world-writable root
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     path = base / f"session_{stamp}_{os.getpid()}_{secrets.token_hex(3)}"
     path.mkdir(mode=0o700)
     (path / "logs").mkdir()
-    link = base / LATEST_LINK
-    tmp = base / f".{LATEST_LINK}.{os.getpid()}"
+    # In the shared root each user has their own link (another user's cannot be replaced).
+    link = base / (f"{LATEST_LINK}_{os.geteuid()}" if shared else LATEST_LINK)
+    tmp = base / f".{link.name}.{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     os.symlink(path.name, tmp)
-    os.replace(tmp, link)
+    try:
+        os.replace(tmp, link)
+    except PermissionError:  # a link of another user (a root used as shared): leave it
+        tmp.unlink()
     return path
 
 

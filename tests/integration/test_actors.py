@@ -37,7 +37,13 @@ from nbcluster.exceptions import (
     PendingCallsLimitExceeded,
     TaskError,
 )
-from nbcluster.testing import cluster_processes, poll_for, worker_pids
+from nbcluster.testing import (
+    assert_stays,
+    cluster_processes,
+    poll_for,
+    quiet_period,
+    worker_pids,
+)
 from nbcluster.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 pytestmark = pytest.mark.integration
@@ -557,7 +563,7 @@ def test_kill_without_no_restart_restarts_the_actor(shared_cluster):
     assert nbcluster.get(c.add.remote(1), timeout=30) == 1  # __init__ ran again
     nbcluster.kill(c)  # no_restart=True by default: final
     _await_exit(new_pid)  # (kill is asynchronous, as in Ray)
-    time.sleep(1.0)  # a restart would come now: one restart is left, but no_restart=True
+    time.sleep(quiet_period(1.0))  # a restart would come now: one is left, but no_restart=True
     with pytest.raises(ActorDiedError):
         nbcluster.get(c.add.remote(), timeout=30)
 
@@ -599,8 +605,7 @@ def test_an_out_of_scope_actor_finishes_its_pending_calls_first(shared_cluster, 
     refs = [s.wait_then.remote(str(go), i) for i in range(3)]
     del s
     gc.collect()
-    time.sleep(0.3)
-    assert _alive(pid)  # calls are pending: not released yet
+    assert_stays(lambda: _alive(pid), quiet_period(0.3), "released with calls pending")
     go.touch()
     assert nbcluster.get(refs, timeout=30) == [0, 1, 2]
     _await_exit(pid)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nbcluster
+from nbcluster.config import Config
 from nbcluster.state import local_cluster
 from nbcluster.testing import assert_cluster_healthy, poll_for
 from nbcluster.util import NodeAffinitySchedulingStrategy as NA
@@ -171,7 +172,9 @@ def test_l03_spilling_restores_every_object_then_full_store_errors(cluster, monk
         nbcluster.put(np.zeros(200 * 2**20 // 8))
 
 
-def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch) -> None:
+def test_l04_memory_monitor_kills_the_newest_retriable_task(
+    cluster, monkeypatch, tmp_path: Path
+) -> None:
     from nbcluster._runtime.node.service import memory_fraction
 
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -179,15 +182,37 @@ def test_l04_memory_monitor_kills_the_newest_retriable_task(cluster, monkeypatch
     monkeypatch.setenv("NBCLUSTER_MEMORY_USAGE_THRESHOLD", f"{threshold:.4f}")
     monkeypatch.setenv("NBCLUSTER_TASK_OOM_RETRIES", "1")
     cluster(num_cpus=2)
+    attempts = tmp_path / "attempts"
+
+    @nbcluster.remote
+    class Keeper:  # a named actor holding memory (below the threshold): never the victim
+        def __init__(self) -> None:
+            self.block = np.ones(2**26 // 8)  # 64 MiB
+
+        def size(self) -> int:
+            return int(self.block.nbytes)
+
+    keeper = Keeper.options(name="keeper").remote()
+    assert nbcluster.get(keeper.size.remote()) == 2**26
 
     @nbcluster.remote(max_retries=0)
     def hog() -> float:
-        a = np.ones(2**30 // 8)
+        with open(attempts, "a") as f:
+            f.write("x\n")
+        # 1 GiB crosses the threshold; on a shared machine whose other processes freed
+        # memory meanwhile, keep growing (to 2.5 GiB) until the monitor acts.
+        held = [np.ones(2**30 // 8)]
+        for _ in range(6):
+            time.sleep(1.0)
+            held.append(np.ones(2**28 // 8))
         time.sleep(10)
-        return float(a.sum())
+        return float(sum(a.sum() for a in held))
 
     with pytest.raises(nbcluster.exceptions.OutOfMemoryError, match="memory monitor"):
-        nbcluster.get(hog.remote(), timeout=60)
+        nbcluster.get(hog.remote(), timeout=120)
+    assert attempts.read_text().count("x") == 1 + 1  # NBCLUSTER_TASK_OOM_RETRIES + 1 kills
+    assert nbcluster.get(nbcluster.get_actor("keeper").size.remote()) == 2**26  # survived
+    nbcluster.kill(keeper)
 
     @nbcluster.remote
     def ok() -> int:
@@ -210,7 +235,13 @@ def test_large_arguments_pull_the_task_to_their_node(cluster) -> None:
 
     big = make.options(scheduling_strategy=NA(other)).remote()
     nbcluster.wait([big])
-    time.sleep(1.0)  # the idle lease that made it is handed back (0.5 s), freeing that CPU
+    poll_for(  # the idle lease that made it is handed back (after 0.5 s), freeing that CPU
+        lambda: nbcluster.available_resources().get("CPU") == nbcluster.cluster_resources()["CPU"],
+        timeout=30,
+    )
+    # The driver's node sees the other node's CPU free one heartbeat after the head does
+    # (its cluster view comes with heartbeat replies; nothing shows it to the driver).
+    time.sleep(3 * Config.from_env().heartbeat_interval_s)
     assert nbcluster.get(where.remote(big), timeout=30) == other  # not the driver's node
 
 
@@ -232,18 +263,20 @@ def test_f10_child_tasks_of_a_dead_owner_end(cluster) -> None:
     info = cluster(num_cpus=2)
     session = info.session_dir
 
+    started = Path(session) / "child-started"
+
     @nbcluster.remote
-    def child() -> None:
+    def child(path: str) -> None:
+        Path(path).touch()
         time.sleep(60)
 
     @nbcluster.remote(max_retries=0)
-    def parent() -> None:
-        ref = child.remote()
+    def parent(path: str) -> None:
+        ref = child.remote(path)
         nbcluster.get(ref)
 
-    p = parent.remote()
-    poll_for(lambda: len(worker_pids(session)) >= 2, timeout=20)
-    time.sleep(1.0)  # both running: the parent blocked in get, the child sleeping
+    p = parent.remote(str(started))
+    poll_for(started.exists, timeout=30)  # both running: the parent blocked in get on it
     before = set(worker_pids(session))
     nbcluster.cancel(p, force=True)  # kills the parent's worker: the child's owner
     with pytest.raises(

@@ -29,7 +29,7 @@ from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.protocol.rpc import pb, pb_grpc
 from nbcluster.config import Config
 from nbcluster.exceptions import GetTimeoutError
-from nbcluster.testing import poll_for
+from nbcluster.testing import assert_stays, poll_for, quiet_period
 
 MiB = 2**20
 
@@ -396,9 +396,10 @@ def test_ref_passed_to_a_task_stays_alive_until_the_task_ran(node, tmp_path):
     out = gated_sum.remote(wait_for_file.remote(str(gate)), big, small)
     del big, small
     gc.collect()
-    time.sleep(0.3)  # give a wrong free every chance to happen before the task runs
-    assert node.has_id(big_id), (
-        "the argument was freed while a task that takes it was still pending"
+    assert_stays(  # give a wrong free every chance to happen before the task runs
+        lambda: node.has_id(big_id),
+        quiet_period(0.3),
+        "the argument was freed while a task that takes it was still pending",
     )
     gate.touch()
     assert nbcluster.get(out, timeout=30) == (1.5 * MiB, {"k": "inline"})

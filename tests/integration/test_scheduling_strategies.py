@@ -103,7 +103,12 @@ def settle() -> None:
     DEFAULT work lands (or places a hard-affinity actor) must not see them as load.
     """
     config = Config.from_env()
-    time.sleep(config.lease_idle_timeout_s + 2 * config.heartbeat_interval_s)
+    poll_for(  # the head's view: every lease is back...
+        lambda: nbcluster.available_resources() == nbcluster.cluster_resources(),
+        timeout=config.lease_idle_timeout_s + 30,
+        message="idle leases of earlier tests were not handed back",
+    )
+    time.sleep(2 * config.heartbeat_interval_s)  # ...and the nodes' views, a heartbeat later
 
 
 def pid_alive(pid: int) -> bool:

@@ -18,7 +18,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,23 @@ from nbcluster.exceptions import AuthenticationError
 from nbcluster.testing import (
     assert_cluster_healthy,
     assert_no_processes,
+    assert_stays,
     cluster_processes,
     poll_for,
+    quiet_period,
 )
 
 MiB = 2**20
 MAX_MESSAGE = 8 * MiB
 PACKAGE = Path(nbcluster.__file__).resolve().parent
 LOOPBACK = {"127.0.0.1", "::1"}
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def is_loopback_ip(ip: str) -> bool:
@@ -525,8 +533,9 @@ def test_node_manager_refuses_calls_without_the_right_token(sec, node, token, wh
         store_before.num_objects,
     )
     assert node.call("NodeManager", "GetObjectInfo", pb.ObjectIds(object_ids=[oid])).found is False
-    time.sleep(0.2)  # a wrongly started worker would have been forked by now
-    assert worker_pids(sec.session_dir) == pids_before
+    assert_stays(  # a wrongly started worker would have been forked by now
+        lambda: worker_pids(sec.session_dir) == pids_before, quiet_period(0.2)
+    )
     assert nbcluster.get(add.remote(3, 4)) == 7
 
 
@@ -562,9 +571,7 @@ def test_core_workers_refuse_calls_without_the_right_token(
     check_refusal(driver.code("CoreWorker", "UpdateBorrows", borrow, who), expected, token)
     check_refusal(raw_worker.code("CoreWorker", "Exit", pb.Empty(), who), expected, token)
     check_refusal(driver.code("CoreWorker", "Exit", pb.Empty(), who), expected, token)
-    time.sleep(0.2)  # Exit would have ended the worker after 50 ms
-    assert psutil.pid_exists(reply.worker_pid)
-    assert psutil.Process(reply.worker_pid).status() != psutil.STATUS_ZOMBIE
+    assert_stays(lambda: _running(reply.worker_pid), quiet_period(0.2))  # Exit: gone in 50 ms
     # The refused borrow was not recorded: dropping our ref frees the object as usual.
     entry = nbcluster._api.context.require_client().table.get(ref.binary())
     assert entry is not None and entry.borrowers == set()
@@ -842,9 +849,7 @@ def test_garbage_on_a_worker_task_stream_does_not_kill_it(sec, leased_worker, he
     assert (
         grpc.StatusCode.DEADLINE_EXCEEDED not in codes and grpc.StatusCode.UNAVAILABLE not in codes
     )
-    time.sleep(0.2)
-    assert psutil.pid_exists(reply.worker_pid)
-    assert psutil.Process(reply.worker_pid).status() != psutil.STATUS_ZOMBIE
+    assert_stays(lambda: _running(reply.worker_pid), quiet_period(0.2))
     status = raw_worker.call(
         "CoreWorker", "GetObjectStatus", pb.ObjectStatusRequest(object_id=os.urandom(20))
     )

@@ -4,7 +4,8 @@ The fixture builds a bridge in its own namespace and one namespace per host, eac
 veth into the bridge and an address in a private /24 (unique per run). Nothing is ever
 sent from the root namespace to those addresses: every process that talks to the cluster
 runs inside a host namespace (``ip netns exec``). Everything is deleted afterwards.
-Needs root (``ip netns add``); otherwise the tests are skipped with that reason.
+Needs root (``ip netns add``) and iproute2. Elsewhere the tests are skipped with the reason,
+except under ``CI=true``, where they fail: CI must run them (``make test`` installs iproute2).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -42,6 +44,26 @@ def _namespaces_available() -> str | None:
         return f"'ip netns add' failed here: {r.stderr.strip()}"
     _ip("netns", "del", probe, check=False)
     return None
+
+
+def _in_ci(environ: dict[str, str] | None = None) -> bool:
+    """True when running under CI (``CI`` set to true/1/yes, as CI services do)."""
+    value = (environ if environ is not None else os.environ).get("CI", "")
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """No namespaces here: skip, or fail under CI (where a skip would hide lost coverage)."""
+    message = f"multi-host tests need network namespaces: {reason}"
+    if _in_ci():
+        pytest.fail(f"{message} (CI=true: these tests must run in CI, not be skipped)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def namespaces_unavailable() -> Callable[[str], NoReturn]:
+    """What the ``hosts`` fixture does when namespaces cannot be made (for its own test)."""
+    return _unavailable
 
 
 @dataclass
@@ -70,12 +92,15 @@ class Hosts:
         )
         return env
 
-    def spawn(self, i: int, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-        """Start a process inside host ``i``'s namespace (its own process group)."""
+    def spawn(
+        self, i: int, argv: list[str], env: dict[str, str], stdin: bool = False
+    ) -> subprocess.Popen[str]:
+        """Start a process inside host ``i``'s namespace (its own process group); with
+        ``stdin`` the test can write to it (to tell it when to go on)."""
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.names[i], *argv],
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -126,7 +151,7 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
     """Three hosts (namespaces) on a private bridge; torn down after the test."""
     reason = _namespaces_available()
     if reason:
-        pytest.skip(f"multi-host tests need network namespaces: {reason}")
+        _unavailable(reason)
     run = secrets.token_hex(2)
     prefix = f"nbc{run}"
     subnet = f"10.77.{int(run, 16) % 250 + 1}"

@@ -44,8 +44,9 @@ def _wait_line(hosts: Hosts, p: subprocess.Popen[str], needle: str, timeout: flo
     )
 
 
-def _start_cluster(hosts: Hosts, tmp: Path) -> str:
-    head_addr = f"{hosts.addr(0)}:{PORT}"
+def _start_head(hosts: Hosts, tmp: Path) -> tuple[str, str]:
+    """``nbcluster start --head --host ADDRESS`` on host 0, as the README shows; returns the
+    head's address and the token file it printed."""
     head = hosts.spawn(
         0,
         [
@@ -64,28 +65,47 @@ def _start_cluster(hosts: Hosts, tmp: Path) -> str:
         ],
         hosts.env(0, tmp),
     )
-    _wait_line(hosts, head, "nbcluster head started at")
+    out = _wait_line(hosts, head, "join a node:")
+    token_file = out.split("token file:", 1)[1].split()[0]
+    return f"{hosts.addr(0)}:{PORT}", token_file
+
+
+def _join(
+    hosts: Hosts, i: int, tmp: Path, head_addr: str, token_file: str, *extra: str
+) -> subprocess.Popen[str]:
+    """``nbcluster start --address HOST:PORT --token-file PATH`` on host ``i``, as the README
+    shows: no --host (the node finds the address through which it reaches the head) and no
+    token in the environment."""
+    env = hosts.env(i, tmp)
+    del env["NBCLUSTER_TOKEN"]
+    node = hosts.spawn(
+        i,
+        [
+            python(),
+            "-m",
+            "nbcluster.cli",
+            "start",
+            "--address",
+            head_addr,
+            "--token-file",
+            token_file,
+            "--node-name",
+            f"host{i}",
+            "--num-cpus",
+            "1",
+            *extra,
+            "--block",
+        ],
+        env,
+    )
+    _wait_line(hosts, node, "nbcluster node joined")
+    return node
+
+
+def _start_cluster(hosts: Hosts, tmp: Path) -> str:
+    head_addr, token_file = _start_head(hosts, tmp)
     for i in (1, 2):
-        node = hosts.spawn(
-            i,
-            [
-                python(),
-                "-m",
-                "nbcluster.cli",
-                "start",
-                "--address",
-                head_addr,
-                "--node-name",
-                f"host{i}",
-                "--host",
-                hosts.addr(i),
-                "--num-cpus",
-                "1",
-                "--block",
-            ],
-            hosts.env(i, tmp),
-        )
-        _wait_line(hosts, node, "nbcluster node joined")
+        _join(hosts, i, tmp, head_addr, token_file)
     return head_addr
 
 
@@ -113,6 +133,7 @@ spread = sorted(set(nbcluster.get([where.options(scheduling_strategy="SPREAD").r
 arr = nbcluster.get(make.options(scheduling_strategy=NA(by_name["host2"])).remote(4_000_000))
 actor = Where.options(scheduling_strategy=NA(by_name["host2"]), num_cpus=0).remote()
 print(json.dumps({
+    "addresses": {n["NodeName"]: n["NodeManagerAddress"] for n in nodes},
     "names": sorted(by_name),
     "cpus": nbcluster.cluster_resources().get("CPU"),
     "spread": spread,
@@ -132,6 +153,13 @@ def test_three_hosts_run_tasks_actors_and_move_objects(hosts: Hosts, tmp_path: P
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(out["names"]) == 3 and {"host1", "host2"} <= set(out["names"])
+    # Joined without --host, each node advertises the address the other hosts reach it at.
+    assert out["addresses"]["host1"] == hosts.addr(1)
+    assert out["addresses"]["host2"] == hosts.addr(2)
+    # Listening beyond loopback without TLS is said on the terminal, not only in a log.
+    for i, proc in enumerate(hosts.procs[:3]):
+        said = "".join(hosts.output[proc.pid])
+        assert f"listening on {hosts.addr(i)}, beyond this machine, without TLS" in said, said
     assert out["cpus"] == 3.0  # resources add up across hosts
     assert out["spread"] == out["ids"]  # SPREAD used every host
     assert out["driver_node"] == out["host1"]  # the driver found its own host's node
@@ -152,10 +180,25 @@ def slow(path):
     time.sleep(6)
     return nbcluster.get_runtime_context().get_node_id()
 
-ref = slow.options(scheduling_strategy=NA(by_name["host2"], soft=True)).remote(sys.argv[2])
+@nbcluster.remote(max_restarts=1, num_cpus=0)
+class Where:
+    def node(self):
+        return nbcluster.get_runtime_context().get_node_id()
+
+host2 = NA(by_name["host2"], soft=True)
+actor = Where.options(scheduling_strategy=host2).remote()
+assert nbcluster.get(actor.node.remote(), timeout=60) == by_name["host2"]
+ref = slow.options(scheduling_strategy=host2).remote(sys.argv[2])
+once = slow.options(scheduling_strategy=host2, max_retries=0, num_cpus=0).remote(sys.argv[2])
 print("SUBMITTED", flush=True)
 node = nbcluster.get(ref, timeout=90)
-print(json.dumps({"ran_on": node, "hung": by_name["host2"]}), flush=True)
+try:
+    nbcluster.get(once, timeout=90)
+    lost = "no error"
+except (nbcluster.exceptions.NodeDiedError, nbcluster.exceptions.WorkerCrashedError) as e:
+    lost = type(e).__name__
+print(json.dumps({"ran_on": node, "hung": by_name["host2"], "non_retriable": lost,
+                  "actor_now_on": nbcluster.get(actor.node.remote(), timeout=90)}), flush=True)
 nbcluster.shutdown()
 """
 
@@ -182,8 +225,10 @@ def test_hung_node_is_declared_dead_its_task_reruns_elsewhere_and_it_is_fenced(
     )
     _wait_line(hosts, drv, "SUBMITTED")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (trace.exists() and trace.read_text().strip()):
-        time.sleep(0.05)
+    while time.monotonic() < deadline and not (
+        trace.exists() and len(trace.read_text().split()) >= 2
+    ):
+        time.sleep(0.05)  # both tasks are running on host2
     os.kill(nm_pid, signal.SIGSTOP)  # a hung node, not a dead one
     try:
         out = _wait_line(hosts, drv, '"ran_on"', timeout=120)
@@ -191,6 +236,8 @@ def test_hung_node_is_declared_dead_its_task_reruns_elsewhere_and_it_is_fenced(
         os.kill(nm_pid, signal.SIGCONT)
     result = json.loads([line for line in out.splitlines() if '"ran_on"' in line][-1])
     assert result["ran_on"] != result["hung"]  # retried on a live node
+    assert result["non_retriable"] in ("NodeDiedError", "WorkerCrashedError")  # F12: not rerun
+    assert result["actor_now_on"] not in (result["hung"], "")  # restarted on another node
     # After SIGCONT the hung node learns it was fenced and joins under a new id.
     check = r"""
 import json, sys, time, nbcluster
@@ -225,9 +272,8 @@ def slow(v):
 ref = slow.remote(42)
 print("SUBMITTED", flush=True)
 print(json.dumps({"value": nbcluster.get(ref)}), flush=True)
-time.sleep(0.5)
 print("LONGCUT_READY", flush=True)
-time.sleep(1.0)
+sys.stdin.readline()  # the test cut the link: call now
 try:
     nbcluster.get(slow.remote(1))
     print("NO_ERROR", flush=True)
@@ -242,7 +288,7 @@ def test_client_mode_rides_out_a_short_link_loss_and_fails_cleanly_on_a_long_one
 ) -> None:
     head_addr = _start_cluster(hosts, tmp_path)
     env = hosts.env(1, tmp_path, NBCLUSTER_HEAD_GRACE_PERIOD_S="6")
-    drv = hosts.spawn(1, [python(), "-c", CLIENT, head_addr], env)
+    drv = hosts.spawn(1, [python(), "-c", CLIENT, head_addr], env, stdin=True)
     ns = hosts.names[1]
     _wait_line(hosts, drv, "SUBMITTED")
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
@@ -252,6 +298,9 @@ def test_client_mode_rides_out_a_short_link_loss_and_fails_cleanly_on_a_long_one
     assert '{"value": 42}' in out  # the blocked call resumed; nothing lost
     _wait_line(hosts, drv, "LONGCUT_READY")
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    assert drv.stdin is not None
+    drv.stdin.write("go\n")
+    drv.stdin.flush()
     try:
         out = _wait_line(hosts, drv, "ALIVE", timeout=60)
     finally:
@@ -306,3 +355,42 @@ def test_a_working_dir_reaches_the_other_hosts(hosts: Hosts, tmp_path: Path) -> 
     status, logs = out["job"]
     assert status == "SUCCEEDED", logs
     assert f"JOB made on host1 {tmp_path / 'host0' / 'runtime_resources' / 'packages'}" in logs
+
+
+UNREACHABLE_DRIVER = r"""
+import json, sys, nbcluster
+nbcluster.init(address=sys.argv[1])
+
+@nbcluster.remote
+def where():
+    return nbcluster.get_runtime_context().get_node_id()
+
+nodes = nbcluster.nodes()
+ran = set(nbcluster.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(8)]))
+print(json.dumps({"ran": sorted(ran), "ids": {n["NodeName"]: n["NodeID"] for n in nodes}}))
+nbcluster.shutdown()
+"""
+
+
+def test_a_node_the_head_cannot_reach_is_reported_once_and_gets_no_work(
+    hosts: Hosts, tmp_path: Path
+) -> None:
+    head_addr, token_file = _start_head(hosts, tmp_path)
+    _join(hosts, 1, tmp_path, head_addr, token_file)
+    # The mistake from the issue: a node on another host that advertises loopback.
+    bad = _join(hosts, 2, tmp_path, head_addr, token_file, "--host", "127.0.0.1")
+    said = "".join(hosts.output[bad.pid])
+    assert "warning: node host2 advertised 127.0.0.1:" in said, said
+    assert "--host" in said and head_addr in said  # the flag that fixes it
+    r = hosts.run(
+        1, [python(), "-c", UNREACHABLE_DRIVER, head_addr], hosts.env(1, tmp_path), timeout=120
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ids"]["host2"] not in out["ran"]  # no task was leased there (SPREAD)
+    assert len(out["ran"]) == 2  # the reachable nodes share the work
+    assert "127.0.0.1" not in r.stderr  # and no driver tried (and logged) leases to it
+    head_logs = list((tmp_path / "host0").glob("session_*/logs/head.log"))
+    assert head_logs
+    text = head_logs[0].read_text()
+    assert text.count("advertised 127.0.0.1:") == 1  # reported once, though probed again

@@ -19,6 +19,7 @@ from nbcluster._runtime.head.actors import (
     NameTakenError,
     Place,
     StopWorker,
+    Verify,
 )
 
 NODE_ID, NODE_ADDR = b"node-1", "127.0.0.1:7001"
@@ -398,3 +399,74 @@ def test_every_change_bumps_the_version(table: ActorTable) -> None:
     table.kill(b"a1", True, "killed", now=4.0)
     versions.append(table.actors[b"a1"].version)
     assert versions == sorted(set(versions)), versions
+
+
+# --------------------------------------------------------------------------- head restart
+
+
+def _copy(rec: ActorRecord) -> ActorRecord:
+    """What the restarted head reads back from its database."""
+    import dataclasses
+
+    return dataclasses.replace(rec)
+
+
+def test_a_restored_alive_actor_is_verified_not_trusted(table: ActorTable) -> None:
+    rec = alive(table, b"a1", b"w1", name="n", max_restarts=1)
+    fresh = ActorTable()
+    ins = fresh.restore(_copy(rec), now=5.0)
+    assert ins == [Verify(b"a1", rec.address, b"w1")]
+    assert fresh.lookup("n", "ns") is not None  # named actors are found again at once
+    # An actor that a1 created (its owner is a1's worker) dies with it.
+    child = make(b"c1", owner=rec.address)
+    child.state, child.worker_id, child.address = ALIVE, b"w9", "127.0.0.1:9999"
+    fresh.restore(child, now=5.0)
+    # The worker did not answer: the actor restarts (restarts remain).
+    ins = fresh.verify_failed(b"a1", b"w1", "no answer", now=6.0)
+    assert Place(b"a1") in ins
+    assert fresh.actors[b"a1"].state == RESTARTING
+    assert fresh.actors[b"a1"].num_restarts == 1
+    assert fresh.actors[b"c1"].state == DEAD
+    assert fresh.actors[b"c1"].death_kind == "owner_died"
+
+
+def test_a_failed_verification_without_restarts_left_kills_the_actor(table: ActorTable) -> None:
+    rec = alive(table, b"a1", b"w1")
+    fresh = ActorTable()
+    fresh.restore(_copy(rec), now=5.0)
+    fresh.verify_failed(b"a1", b"w1", "no answer", now=6.0)
+    assert fresh.actors[b"a1"].state == DEAD
+    assert "no answer" in fresh.actors[b"a1"].death_cause
+
+
+def test_a_late_verification_after_a_death_report_changes_nothing(table: ActorTable) -> None:
+    rec = alive(table, b"a1", b"w1", max_restarts=1)
+    fresh = ActorTable()
+    fresh.restore(_copy(rec), now=5.0)
+    # The node's retried death report arrives first: the actor is restarted.
+    assert Place(b"a1") in fresh.worker_died(b"w1", "SIGKILL", now=5.5)
+    place(fresh, b"a1", b"w2")
+    fresh.created(b"a1", now=5.8)
+    # Then the ping of the old worker fails: it must not restart the new instance.
+    assert fresh.verify_failed(b"a1", b"w1", "no answer", now=6.0) == []
+    assert fresh.actors[b"a1"].state == ALIVE
+    assert fresh.actors[b"a1"].num_restarts == 1
+
+
+def test_restored_pending_actors_are_placed_again_and_a_half_made_one_stopped(
+    table: ActorTable,
+) -> None:
+    table.register(make(b"a1"))
+    place(table, b"a1", b"w1")  # leased, __init__ running when the head died
+    rec = _copy(table.actors[b"a1"])
+    fresh = ActorTable()
+    assert fresh.restore(rec, now=5.0) == [StopWorker(NODE_ADDR, b"w1"), Place(b"a1")]
+    assert fresh.actors[b"a1"].worker_id == b""
+
+
+def test_restored_dead_actors_need_nothing_and_free_their_name(table: ActorTable) -> None:
+    alive(table, b"a1", b"w1", name="n")
+    table.kill(b"a1", True, "killed", now=2.0)
+    fresh = ActorTable()
+    assert fresh.restore(_copy(table.actors[b"a1"]), now=5.0) == []
+    assert fresh.lookup("n", "ns") is None

@@ -242,3 +242,41 @@ def test_task_events_ring_is_bounded_and_counts_drops(head: HeadState) -> None:
 def test_default_task_events_capacity() -> None:
     h = HeadState(1.0)
     assert h.task_events.maxlen == 100_000
+
+
+# --------------------------------------------------------------------------- head restart
+
+
+def test_a_restored_node_gets_no_work_until_it_shows_up(head: HeadState) -> None:
+    head.restore_node(make_node(b"n1", now=0.0), now=100.0)
+    assert head.live_nodes() == []  # unconfirmed: nothing is placed on it
+    assert head.nodes[b"n1"].alive  # but not dead yet
+    assert head.heartbeat(b"n1", now=101.0, available={"CPU": 4.0}, store_used=0, num_workers=0)
+    assert [n.node_id for n in head.live_nodes()] == [b"n1"]
+    assert head.tick(now=101.0 + TIMEOUT / 2) == []
+
+
+def test_a_restored_node_that_stays_silent_is_declared_dead(head: HeadState) -> None:
+    head.restore_node(make_node(b"n1", now=0.0), now=100.0)
+    head.restore_node(make_node(b"n2", now=0.0), now=100.0)
+    head.heartbeat(b"n2", now=110.0, available={"CPU": 4.0}, store_used=0, num_workers=0)
+    # The death timeout counts from the restart, not from the last heartbeat before it.
+    assert head.tick(now=100.0 + TIMEOUT - 1) == []
+    died = head.tick(now=100.0 + TIMEOUT + 1)
+    assert [d.node_id for d in died] == [b"n1"]
+    assert "after the head restarted" in died[0].reason
+    assert head.nodes[b"n1"].alive is False
+    assert [n.node_id for n in head.live_nodes()] == [b"n2"]
+
+
+def test_a_restored_dead_node_stays_dead(head: HeadState) -> None:
+    head.restore_node(make_node(b"n1", alive=False, death_reason="gone"), now=100.0)
+    assert head.tick(now=1000.0) == []
+    assert head.nodes[b"n1"].death_reason == "gone"
+    assert not head.heartbeat(b"n1", now=1001.0, available={}, store_used=0, num_workers=0)
+
+
+def test_a_restored_node_that_registers_again_is_confirmed(head: HeadState) -> None:
+    head.restore_node(make_node(b"n1"), now=100.0)
+    head.register_node(make_node(b"n1", now=101.0))
+    assert [n.node_id for n in head.live_nodes()] == [b"n1"]

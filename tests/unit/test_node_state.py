@@ -610,3 +610,32 @@ def test_empty_request_starts_a_worker_when_none_idle() -> None:
     g = only_grant(ns.worker_registered(b"id002", 1, "x:1"))
     assert g.lease.resources == {}
     assert ns.available == {"CPU": 1.0}
+
+
+# --------------------------------------------------------------------------- death reports
+
+
+def test_death_reports_are_kept_until_acked_with_backoff() -> None:
+    from nbcluster._runtime.node.state import PendingReports
+
+    q = PendingReports(base_delay=0.1, max_delay=0.4)
+    q.add(b"w1", "r1")
+    q.add(b"w2", "r2")
+    assert q.pending() == [(b"w1", "r1"), (b"w2", "r2")]
+    assert [q.failed(), q.failed(), q.failed(), q.failed()] == [0.1, 0.2, 0.4, 0.4]
+    assert len(q) == 2  # a failure never drops a report
+    q.acked(b"w1")
+    assert q.pending() == [(b"w2", "r2")]
+    assert q.failed() == 0.1  # an ack resets the backoff
+    q.acked(b"w2")
+    assert not q
+
+
+def test_death_reports_are_bounded_dropping_the_oldest() -> None:
+    from nbcluster._runtime.node.state import PendingReports
+
+    q = PendingReports(limit=2)
+    for i in range(4):
+        q.add(bytes([i]), i)
+    assert [k for k, _ in q.pending()] == [b"\x02", b"\x03"]
+    assert q.dropped == 2

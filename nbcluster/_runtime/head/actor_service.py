@@ -8,6 +8,7 @@ long-poll an actor's state. Creation payloads stay opaque bytes here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -26,9 +27,10 @@ from nbcluster._runtime.head.actors import (
     NameTakenError,
     Place,
     StopWorker,
+    Verify,
 )
 from nbcluster._runtime.head.state import HeadState
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcError, is_unavailable
 from nbcluster._runtime.protocol.rpc import Channels, pb
 from nbcluster._runtime.scheduling.policy import NodeView, fits, load
 
@@ -90,6 +92,8 @@ class ActorManager:
                     loop.create_task(self._place(ins.actor_id))
             elif isinstance(ins, StopWorker):
                 loop.create_task(self._stop_worker(ins.node_address, ins.worker_id))
+            elif isinstance(ins, Verify):
+                loop.create_task(self._verify(ins))
             elif isinstance(ins, Changed):
                 rec = self.table.actors.get(ins.actor_id)
                 if rec is not None and self.persist is not None:
@@ -108,6 +112,35 @@ class ActorManager:
             await self.channels.stub(node_address, "node").KillWorker(
                 pb.WorkerRef(worker_id=worker_id, force=True), timeout=10
             )
+
+    async def _verify(self, ins: Verify, attempts: int = 3) -> None:
+        """Ping the worker of an actor restored as ALIVE; restart the actor if it is gone.
+
+        Each attempt retries an unreachable worker for the channel's retry budget, so a
+        worker that is merely slow (or a node that is still coming back) is not killed.
+        """
+        for attempt in range(attempts):
+            try:
+                await self.channels.stub(ins.address, "core").Ping(pb.Empty(), timeout=10)
+                return
+            except RpcError as err:
+                if not is_unavailable(err) or attempt == attempts - 1:
+                    log.warning(
+                        "actor %s: its worker %s did not answer after the head restarted (%s)",
+                        ins.actor_id.hex()[:8],
+                        ins.address,
+                        err.code().name,
+                    )
+                    break
+            await asyncio.sleep(0.5)
+        self.apply(
+            self.table.verify_failed(
+                ins.actor_id,
+                ins.worker_id,
+                "its worker did not answer after the head restarted",
+                self.clock(),
+            )
+        )
 
     # -- placement ------------------------------------------------------------------------------
     def _pick_node(self, rec: ActorRecord) -> str | None:
@@ -128,6 +161,15 @@ class ActorManager:
                 if n.address == rec.preferred_node and fits(rec.resources, n.available):
                     return n.address
         free = [n for n in nodes if fits(rec.resources, n.available)]
+        if free and rec.strategy == "SPREAD":
+            # Spread by how many live actors each node hosts: load alone cannot tell nodes
+            # apart for actors that hold no CPU (num_cpus=0), so they all went to one node.
+            hosted = collections.Counter(
+                r.node_address
+                for r in self.table.actors.values()
+                if r.state != DEAD and r.node_address and r.actor_id != rec.actor_id
+            )
+            return min(free, key=lambda n: (hosted[n.address], load(n))).address
         if free:
             return min(free, key=load).address
         could = [n for n in nodes if fits(rec.resources, n.total)]
@@ -181,6 +223,7 @@ class ActorManager:
                 await asyncio.sleep(1.0)
                 continue
             self._charge(address, rec.resources)  # actors placed together then spread out
+            rec.node_address = address  # counted as hosted there while the lease is asked for
             reply = await self._lease(rec, address)
             if reply is None:
                 await asyncio.sleep(0.5)
@@ -356,8 +399,9 @@ class ActorManager:
         self.apply(self.table.node_died(node_id, reason, self.clock()))
 
     def recover(self, rows: list[tuple[pb.ActorInfo, pb.TaskSpec, dict[str, Any]]]) -> None:
-        """Rebuild the table after a head restart. ALIVE actors keep serving where they are;
-        actors that were being placed or restarted are placed again."""
+        """Rebuild the table after a head restart (see :meth:`ActorTable.restore`)."""
+        now = self.clock()
+        ins: list[ActorInstruction] = []
         for info, spec, extra in rows:
             rec = ActorRecord(
                 actor_id=info.actor_id,
@@ -388,11 +432,8 @@ class ActorManager:
                 start_time=info.start_time,
                 end_time=info.end_time,
             )
-            self.table.actors[rec.actor_id] = rec
-            if rec.name and rec.state != DEAD:
-                self.table.names[(rec.namespace, rec.name)] = rec.actor_id
-            if rec.state in (0, 2):  # PENDING or RESTARTING: place again
-                self.apply([Place(rec.actor_id)])
+            ins += self.table.restore(rec, now)
+        self.apply(ins)
         log.info("recovered %d actors", len(rows))
 
     def close(self) -> None:

@@ -69,7 +69,16 @@ class Changed:
     actor_id: bytes
 
 
-ActorInstruction = Place | StopWorker | Changed
+@dataclasses.dataclass(frozen=True)
+class Verify:
+    """Ask the actor's worker whether it is still there (after a head restart)."""
+
+    actor_id: bytes
+    address: str
+    worker_id: bytes
+
+
+ActorInstruction = Place | StopWorker | Changed | Verify
 
 
 class NameTakenError(ValueError):
@@ -105,6 +114,43 @@ class ActorTable:
             self.names[key] = rec.actor_id
         self.actors[rec.actor_id] = rec
         return rec, False, [Place(rec.actor_id), Changed(rec.actor_id)]
+
+    def restore(self, rec: ActorRecord, now: float) -> list[ActorInstruction]:
+        """An actor read back from disk after a head restart.
+
+        Its recorded state is not trusted: one that was being placed or restarted is placed
+        again, and one recorded ALIVE is verified (its worker may have died while the head
+        was away, and the report of that death may be lost).
+        """
+        self.actors[rec.actor_id] = rec
+        if rec.name and rec.state != DEAD:
+            self.names[(rec.namespace, rec.name)] = rec.actor_id
+        if rec.state in (PENDING, RESTARTING):
+            # A worker leased for it before the restart may hold a half-made instance.
+            stale: list[ActorInstruction] = (
+                [StopWorker(rec.node_address, rec.worker_id)] if rec.worker_id else []
+            )
+            rec.address, rec.worker_id, rec.lease_id, rec.worker_pid = "", b"", b"", 0
+            return [*stale, Place(rec.actor_id)]
+        if rec.state == ALIVE:
+            if not rec.address or not rec.worker_id:
+                return self._lost(
+                    rec, "its worker was unknown after a head restart", now, "process_died"
+                )
+            return [Verify(rec.actor_id, rec.address, rec.worker_id)]
+        return []
+
+    def verify_failed(
+        self, actor_id: bytes, worker_id: bytes, detail: str, now: float
+    ) -> list[ActorInstruction]:
+        """The worker of a restored actor did not answer: treat it as dead, like a death
+        report would (its actor restarts; actors that worker created die with it)."""
+        rec = self.actors.get(actor_id)
+        if rec is None or rec.worker_id != worker_id:  # moved on meanwhile (death report)
+            return []
+        address = rec.address
+        out = self.worker_died(worker_id, detail, now)
+        return out + self.owner_gone(owner_address=address, now=now)
 
     def lookup(self, name: str, namespace: str) -> ActorRecord | None:
         """A live (not DEAD) actor by name."""

@@ -18,6 +18,7 @@ from nbcluster._runtime.head.job_service import make_job_service
 from nbcluster._runtime.head.relay import ClientRelay
 from nbcluster._runtime.head.service import HeadService, HeadStore
 from nbcluster._runtime.head.state import HeadState
+from nbcluster._runtime.protocol.protos import health_pb2_grpc as hpb_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
 from nbcluster.config import Config
@@ -61,8 +62,10 @@ async def serve(args: argparse.Namespace) -> None:
     )
     service.driver_registered = jobs.driver_registered
     jpb_grpc.add_JobServiceServicer_to_server(job_servicer, server)
+    hpb_grpc.add_NodeHealthServicer_to_server(service.reachability, server)
     port = bind(server, args.host, args.port)
     address["value"] = f"{args.host}:{port}"
+    service.reachability.head_address = address["value"]
     relay = ClientRelay(session_dir, args.token_file, token, f"{args.host}:{port}")
     server.add_generic_rpc_handlers((relay.handler(),))
     await server.start()
@@ -88,12 +91,14 @@ async def serve(args: argparse.Namespace) -> None:
     ticker = asyncio.create_task(liveness())
     drivers = asyncio.create_task(service.drivers.run())
     job_watch = asyncio.create_task(jobs.watch())
+    reprobe = asyncio.create_task(service.reachability.run())
     service.placement.start()
     await stop.wait()
     ticker.cancel()
     drivers.cancel()
     service.events.close()
     job_watch.cancel()
+    reprobe.cancel()
     await jobs.shutdown()
     await job_servicer.close()
     service.drivers.close()

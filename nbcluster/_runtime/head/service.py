@@ -21,6 +21,7 @@ from nbcluster._runtime.head.actor_service import ActorManager, actor_info
 from nbcluster._runtime.head.drivers import DriverWatch
 from nbcluster._runtime.head.events import EventPublisher, Snapshot, node_key
 from nbcluster._runtime.head.placement import PlacementGroupManager
+from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 
@@ -33,6 +34,7 @@ CREATE TABLE IF NOT EXISTS jobs (id BLOB PRIMARY KEY, info BLOB);
 CREATE TABLE IF NOT EXISTS actors (id BLOB PRIMARY KEY, info BLOB, spec BLOB, extra TEXT);
 CREATE TABLE IF NOT EXISTS placement_groups (id BLOB PRIMARY KEY, info BLOB);
 CREATE TABLE IF NOT EXISTS dead_nodes (id BLOB PRIMARY KEY, reason TEXT);
+CREATE TABLE IF NOT EXISTS nodes (id BLOB PRIMARY KEY, info BLOB);
 """
 
 
@@ -118,6 +120,20 @@ class HeadStore:
     def put_dead_node(self, node_id: bytes, reason: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO dead_nodes VALUES (?, ?)", (node_id, reason))
 
+    def put_node(self, node: NodeRecord) -> None:
+        """Persist a node record (at registration and at death, not per heartbeat)."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO nodes VALUES (?, ?)",
+            (node.node_id, node_info(node).SerializeToString()),
+        )
+
+    def load_nodes(self) -> list[NodeRecord]:
+        """The node records of before a restart (liveness as last recorded)."""
+        return [
+            _node_record(pb.NodeInfo.FromString(b))
+            for (b,) in self.db.execute("SELECT info FROM nodes")
+        ]
+
     def load_dead_nodes(self) -> dict[bytes, str]:
         return {bytes(i): r for i, r in self.db.execute("SELECT id, reason FROM dead_nodes")}
 
@@ -150,6 +166,24 @@ def _job_info(job: JobRecord) -> pb.JobInfo:
         end_time=job.end_time,
         alive=job.alive,
         driver_hostname=job.driver_hostname,
+    )
+
+
+def _node_record(n: pb.NodeInfo) -> NodeRecord:
+    return NodeRecord(
+        node_id=n.node_id,
+        node_name=n.node_name,
+        address=n.address,
+        hostname=n.hostname,
+        store_dir=n.store_dir,
+        total=dict(n.total),
+        available=dict(n.available),
+        store_capacity=n.store_capacity,
+        pid=n.pid,
+        start_time=n.start_time,
+        last_heartbeat=n.last_heartbeat,
+        alive=n.alive,
+        death_reason=n.death_reason,
     )
 
 
@@ -207,6 +241,7 @@ class HeadService(pb_grpc.HeadServicer):
         )
         self.drivers = DriverWatch(state, self.channels, self.finish_job)
         self.dead_nodes = store.load_dead_nodes()
+        self.reachability = NodeReachability(state, token)
         # jobs (issue 17): links a driver to the submitted job whose entrypoint it runs in
         self.driver_registered: Callable[[bytes, int, str], None] | None = None
 
@@ -223,21 +258,22 @@ class HeadService(pb_grpc.HeadServicer):
                 "this node id was declared dead; register under a new id",
             )
         now = self.clock()
-        self.state.register_node(
-            NodeRecord(
-                node_id=n.node_id,
-                node_name=n.node_name,
-                address=n.address,
-                hostname=n.hostname,
-                store_dir=n.store_dir,
-                total=dict(n.total),
-                available=dict(n.available) or dict(n.total),
-                store_capacity=n.store_capacity,
-                pid=n.pid,
-                start_time=now,
-                last_heartbeat=now,
-            )
+        record = NodeRecord(
+            node_id=n.node_id,
+            node_name=n.node_name,
+            address=n.address,
+            hostname=n.hostname,
+            store_dir=n.store_dir,
+            total=dict(n.total),
+            available=dict(n.available) or dict(n.total),
+            store_capacity=n.store_capacity,
+            pid=n.pid,
+            start_time=now,
+            last_heartbeat=now,
         )
+        self.state.register_node(record)
+        self.store.put_node(record)
+        await self.reachability.check(record)  # no work for a node nobody can reach
         self.events.node_joined(self.state.nodes[n.node_id])
         log.info("node %s (%s) registered at %s", n.node_id.hex()[:8], n.node_name, n.address)
         self.placement.resources_changed()
@@ -276,7 +312,10 @@ class HeadService(pb_grpc.HeadServicer):
         """Record a dead node (so it is fenced if it comes back) and restart its actors."""
         self.dead_nodes[node_id] = reason
         self.store.put_dead_node(node_id, reason)
-        self.events.node_died(self.state.nodes.get(node_id))
+        node = self.state.nodes.get(node_id)
+        if node is not None:
+            self.store.put_node(node)
+        self.events.node_died(node)
         self.actors.node_died(node_id, reason)
         self.placement.resources_changed()
 
@@ -294,7 +333,14 @@ class HeadService(pb_grpc.HeadServicer):
         )
 
     def recover(self) -> None:
-        """After a restart: bring back actors and placement groups from SQLite."""
+        """After a restart: bring back nodes, actors and placement groups from SQLite.
+
+        Nodes that were alive must show themselves again within the death timeout (see
+        :meth:`HeadState.restore_node`); actors recorded ALIVE are verified.
+        """
+        now = self.clock()
+        for node in self.store.load_nodes():
+            self.state.restore_node(node, now)
         self.actors.recover(self.store.load_actors())
         self.placement.recover(self.store.load_pgs())
         for job in list(self.state.jobs.values()):

@@ -35,6 +35,14 @@ class NodeRecord:
     num_workers: int = 0
     pending_leases: int = 0
     leased_workers: int = 0
+    # False for a record restored from the head's database after a restart, until the node
+    # shows it is still there (a heartbeat or a new registration). Unconfirmed nodes get no
+    # new work; one that stays silent for the death timeout is declared dead.
+    confirmed: bool = True
+    # False while the head cannot reach the address the node advertised (probed at
+    # registration, then again until it answers): such a node gets no work.
+    reachable: bool = True
+    unreachable_reason: str = ""
 
 
 @dataclasses.dataclass
@@ -77,6 +85,18 @@ class HeadState:
         """A node joins (or re-joins under a fresh id after being fenced)."""
         self.nodes[record.node_id] = record
 
+    def restore_node(self, record: NodeRecord, now: float) -> None:
+        """A node record read back from disk after a head restart.
+
+        A node that was alive is not trusted to still be: it stays unconfirmed (no new
+        work) until it heartbeats or registers, and :meth:`tick` declares it dead when it
+        stays silent for the death timeout counted from ``now`` (the restart).
+        """
+        if record.alive:
+            record.confirmed = False
+            record.last_heartbeat = now
+        self.nodes[record.node_id] = record
+
     def heartbeat(
         self,
         node_id: bytes,
@@ -98,6 +118,7 @@ class HeadState:
         if node is None or not node.alive:
             return False
         node.last_heartbeat = now
+        node.confirmed = True
         node.available = dict(available)
         if total:
             node.total = dict(total)
@@ -123,16 +144,34 @@ class HeadState:
         for node in self.nodes.values():
             if node.alive and now - node.last_heartbeat > self.node_death_timeout_s:
                 node.alive = False
-                node.death_reason = (
-                    f"no heartbeat for {now - node.last_heartbeat:.1f}s "
-                    f"(timeout {self.node_death_timeout_s:.1f}s)"
-                )
+                if node.confirmed:
+                    node.death_reason = (
+                        f"no heartbeat for {now - node.last_heartbeat:.1f}s "
+                        f"(timeout {self.node_death_timeout_s:.1f}s)"
+                    )
+                else:
+                    node.death_reason = (
+                        "it did not come back within the death timeout "
+                        f"({self.node_death_timeout_s:.1f}s) after the head restarted"
+                    )
                 died.append(NodeDied(node.node_id, node.death_reason))
         return died
 
+    def set_reachable(self, node_id: bytes, reachable: bool, reason: str = "") -> bool:
+        """Record the result of probing a node's advertised address; True when it changed."""
+        node = self.nodes.get(node_id)
+        if node is None or node.reachable == reachable:
+            if node is not None:
+                node.unreachable_reason = reason
+            return False
+        node.reachable = reachable
+        node.unreachable_reason = reason
+        return True
+
     def live_nodes(self) -> list[NodeRecord]:
-        """Live nodes, oldest first."""
-        return [n for n in self.nodes.values() if n.alive]
+        """Live nodes that may take work, oldest first: restored ones not yet confirmed and
+        ones the head cannot reach are left out."""
+        return [n for n in self.nodes.values() if n.alive and n.confirmed and n.reachable]
 
     # -- jobs --------------------------------------------------------------------------
     def register_job(self, job: JobRecord) -> None:

@@ -27,6 +27,7 @@ from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects import transfer
 from nbcluster._runtime.objects.pool import WarmPool
 from nbcluster._runtime.objects.state import StoreState
+from nbcluster._runtime.protocol import tls
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.protos import transfer_pb2, transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb
@@ -70,8 +71,14 @@ class NodeObjects:
             1, thread_name_prefix="nbc-pool", initializer=_lower_thread_priority
         )
         self.loop = asyncio.get_running_loop()
+        self.tls = tls.current()  # the data plane speaks TLS when the cluster does
         self.data_server = (
-            transfer.DataServer(token, self._locate_threadsafe, host=host).start()
+            transfer.DataServer(
+                token,
+                self._locate_threadsafe,
+                host=host,
+                ssl_context=tls.ssl_context(self.tls, server=True) if self.tls else None,
+            ).start()
             if data_plane
             else None
         )
@@ -310,7 +317,14 @@ class NodeObjects:
         view = writer.mapped()
         try:
             transfer.pull_object(
-                address, self.token, oid, view, parts=PULL_STREAMS, prepare=writer.prefault
+                address,
+                self.token,
+                oid,
+                view,
+                parts=PULL_STREAMS,
+                prepare=writer.prefault,
+                ssl_context=tls.ssl_context(self.tls, server=False) if self.tls else None,
+                server_hostname=self.tls.server_name if self.tls else None,
             )
         finally:
             view.release()

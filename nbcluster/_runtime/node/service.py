@@ -29,11 +29,12 @@ from nbcluster._runtime.node.state import (
     KillWorker,
     Lease,
     NodeState,
+    PendingReports,
     Redirect,
     StartWorker,
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcError, is_unavailable
 from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
@@ -222,6 +223,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.leased = asyncio.Event()
         #: Set with ``changed`` (what the idle load reporter waits for; node/autoscaling.py).
         self.load_changed: asyncio.Event | None = None
+        self.death_reports = PendingReports()  # retried until the head acknowledges them
+        self._reporting: asyncio.Task[None] | None = None
 
     # -- carrying out instructions -----------------------------------------------------------
     def apply(self, instructions: list[Instruction]) -> None:
@@ -299,21 +302,42 @@ class NodeService(pb_grpc.NodeManagerServicer):
             detail = ""
             if self.workers is not None:
                 detail = self.workers.exit_info.get(worker_id, (0, ""))[1]
-            asyncio.get_running_loop().create_task(self._report_death(worker_id, address, detail))
+            self._report_death(worker_id, address, detail)
 
-    async def _report_death(self, worker_id: bytes, address: str, detail: str) -> None:
-        """Tell the head (it restarts actors hosted there and ends actors the worker owned)."""
+    def _report_death(self, worker_id: bytes, address: str, detail: str) -> None:
+        """Tell the head (it restarts actors hosted there and ends actors the worker owned).
+
+        The report is retried until the head acknowledges it: a death missed while the
+        head was restarting would leave an actor marked alive, or an owner's actors running.
+        """
+        report = pb.WorkerDeathReport(
+            node_id=self.state.node_id, worker_id=worker_id, worker_address=address, detail=detail
+        )
+        self.death_reports.add(worker_id, report)
+        if self._reporting is None or self._reporting.done():
+            self._reporting = asyncio.get_running_loop().create_task(self._send_reports())
+
+    async def _send_reports(self) -> None:
         assert self.head_stub is not None
-        with contextlib.suppress(RpcError):
-            await self.head_stub.ReportWorkerDeath(
-                pb.WorkerDeathReport(
-                    node_id=self.state.node_id,
-                    worker_id=worker_id,
-                    worker_address=address,
-                    detail=detail,
-                ),
-                timeout=10,
-            )
+        while self.death_reports:
+            for key, report in self.death_reports.pending():
+                try:
+                    await self.head_stub.ReportWorkerDeath(report, timeout=10)
+                except RpcError as err:
+                    if not is_unavailable(err):  # refused, not lost: retrying cannot help
+                        log.warning("the head refused a death report: %s", err.details())
+                        self.death_reports.acked(key)
+                        continue
+                    if self.death_reports.delay == self.death_reports.base_delay:
+                        log.warning(
+                            "the head did not take %d worker death report(s) (%s); "
+                            "retrying until it does",
+                            len(self.death_reports),
+                            err.code().name,
+                        )
+                    await asyncio.sleep(self.death_reports.failed())
+                    break
+                self.death_reports.acked(key)
 
     # -- leases ------------------------------------------------------------------------------
     async def RequestWorkerLease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext):
@@ -357,7 +381,12 @@ class NodeService(pb_grpc.NodeManagerServicer):
     async def ReturnWorkerLease(
         self, request: pb.ReturnLeaseRequest, context: grpc.aio.ServicerContext
     ):
+        lease = self.state.leases.get(request.lease_id)
+        w = self.state.workers.get(lease.worker_id) if lease is not None else None
         self.apply(self.state.return_lease(request.lease_id, request.worker_failed))
+        if request.worker_failed and w is not None and w.address and self.head_stub is not None:
+            # The record is gone now, so the process's exit will not be reported: do it here.
+            self._report_death(w.worker_id, w.address, "its owner saw it fail")
         return pb.Empty()
 
     async def RegisterWorker(

@@ -505,3 +505,47 @@ def _gpu_amount(resources: Mapping[str, float]) -> float:
         return resources["GPU"]
     bundle = [v for k, v in resources.items() if k.startswith("GPU_group_")]
     return max(bundle) if bundle else 0.0
+
+
+class PendingReports:
+    """Reports the head must receive (worker and actor deaths): kept until acknowledged.
+
+    The shell sends :meth:`pending` in order; :meth:`acked` drops one, :meth:`failed`
+    returns how long to wait before the next try (doubling up to ``max_delay``). The head
+    may be restarting, so nothing is ever given up on; only the oldest reports are
+    dropped past ``limit`` (a head gone for good).
+    """
+
+    def __init__(self, limit: int = 10_000, base_delay: float = 0.05, max_delay: float = 2.0):
+        self.limit = limit
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.delay = base_delay
+        self.reports: collections.OrderedDict[bytes, object] = collections.OrderedDict()
+        self.dropped = 0
+
+    def add(self, key: bytes, report: object) -> None:
+        """Queue a report (a newer one for the same key replaces it)."""
+        self.reports.pop(key, None)
+        self.reports[key] = report
+        while len(self.reports) > self.limit:
+            self.reports.popitem(last=False)
+            self.dropped += 1
+
+    def pending(self) -> list[tuple[bytes, object]]:
+        """The reports still to send, oldest first."""
+        return list(self.reports.items())
+
+    def acked(self, key: bytes) -> None:
+        """The head acknowledged ``key``'s report."""
+        self.reports.pop(key, None)
+        self.delay = self.base_delay
+
+    def failed(self) -> float:
+        """A send failed: the delay before the next attempt."""
+        delay = self.delay
+        self.delay = min(self.delay * 2, self.max_delay)
+        return delay
+
+    def __len__(self) -> int:
+        return len(self.reports)

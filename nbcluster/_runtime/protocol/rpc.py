@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from nbcluster._runtime.protocol import tls
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 from nbcluster._runtime.protocol.protos import nbcluster_pb2_grpc as pb_grpc
 
@@ -264,7 +265,12 @@ def make_server(token: str, *, max_message_bytes: int = 512 * 2**20) -> grpc.aio
 
 def bind(server: grpc.aio.Server, host: str = "127.0.0.1", port: int = 0) -> int:
     """Bind ``server`` to ``host:port`` (port 0 lets the OS choose); return the port."""
-    bound = server.add_insecure_port(f"{_fmt_host(host)}:{port}")
+    secure = tls.current()  # TLS when configured (protocol/tls.py); never plain once required
+    target = f"{_fmt_host(host)}:{port}"
+    if secure is not None:
+        bound = server.add_secure_port(target, tls.server_credentials(secure))
+    else:
+        bound = server.add_insecure_port(target)
     if bound == 0:
         raise OSError(f"could not listen on {host}:{port} (address in use or not available)")
     return bound
@@ -278,33 +284,39 @@ def make_channel(
     address: str, token: str, *, max_message_bytes: int = 512 * 2**20
 ) -> grpc.aio.Channel:
     """A grpc.aio channel to ``address``; use :func:`auth_metadata` on every call."""
-    return grpc.aio.insecure_channel(
-        address,
-        options=[
-            *_message_options(max_message_bytes),
-            ("grpc.enable_http_proxy", 0),
-            # Reconnect quickly after a peer restarts (the default backoff grows to 2 minutes).
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 2000),
-        ],
-    )
+    options = [
+        *_message_options(max_message_bytes),
+        ("grpc.enable_http_proxy", 0),
+        # Reconnect quickly after a peer restarts (the default backoff grows to 2 minutes).
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+    ]
+    secure = tls.current()
+    if secure is not None:
+        return grpc.aio.secure_channel(
+            address, tls.channel_credentials(secure), [*options, *tls.channel_options(secure)]
+        )
+    return grpc.aio.insecure_channel(address, options=options)
 
 
 def make_sync_channel(
     address: str, token: str, *, max_message_bytes: int = 64 * 2**20
 ) -> grpc.Channel:
     """A blocking channel for one-shot reads from tools (status, the server extension)."""
-    return grpc.insecure_channel(
-        address,
-        options=[
-            *_message_options(max_message_bytes),
-            ("grpc.enable_http_proxy", 0),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-        ],
-    )
+    options = [
+        *_message_options(max_message_bytes),
+        ("grpc.enable_http_proxy", 0),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+    secure = tls.current()
+    if secure is not None:
+        return grpc.secure_channel(
+            address, tls.channel_credentials(secure), [*options, *tls.channel_options(secure)]
+        )
+    return grpc.insecure_channel(address, options=options)
 
 
 def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:

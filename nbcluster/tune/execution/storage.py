@@ -78,8 +78,10 @@ class ExperimentStorage:
         self.experiment_path = experiment_path
         os.makedirs(experiment_path, exist_ok=True)
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="tune-storage", daemon=True)
-        self._thread.start()
+        # The writer thread runs while there is work and ends after a second of idleness
+        # (a finished Tuner must not leave a thread behind for the life of the process).
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
         self._pending_results: dict[str, list[dict[str, Any]]] = {}
         self._trial_paths: dict[str, str] = {}
         self._last_save = 0.0
@@ -89,9 +91,18 @@ class ExperimentStorage:
 
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
+            try:
+                job = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
             try:
                 if job is None:
+                    with self._lock:
+                        self._thread = None
                     return
                 job()
             except OSError as e:  # keep going: a full disk must not kill the experiment loop
@@ -100,7 +111,11 @@ class ExperimentStorage:
                 self._queue.task_done()
 
     def _submit(self, job: Callable[[], None]) -> None:
-        self._queue.put(job)
+        with self._lock:
+            self._queue.put(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="tune-storage", daemon=True)
+                self._thread.start()
 
     # ------------------------------------------------------------------ trials
     def init_trial(self, trial: Trial) -> None:
@@ -198,8 +213,12 @@ class ExperimentStorage:
     def close(self) -> None:
         """Flush and stop the writer thread."""
         self.flush()
-        self._queue.put(None)
-        self._thread.join(timeout=10)
+        with self._lock:
+            thread = self._thread
+            if thread is not None:
+                self._queue.put(None)
+        if thread is not None:
+            thread.join(timeout=10)
 
 
 def _atomic_write(path: str, data: bytes) -> None:
