@@ -23,7 +23,15 @@ from pathlib import Path
 from nbcluster import cli_job, cli_state
 from nbcluster._runtime import proc
 from nbcluster._runtime.netaddr import route_address, split_host_port
-from nbcluster._runtime.protocol.tls import TlsSettings
+from nbcluster._runtime.protocol.tls import (
+    CA_FILE,
+    CA_KEY_FILE,
+    CERT_FILE,
+    DEFAULT_SERVER_NAME,
+    KEY_FILE,
+    TlsSettings,
+    make_cluster_certificates,
+)
 from nbcluster.cluster import exposure_warning, own_sessions, proc_is_loopback, signallable
 from nbcluster.serve._cli import add_subcommands as add_serve_subcommands
 
@@ -324,6 +332,31 @@ def _is_ours(pid: int, session: Path) -> bool:
     return False
 
 
+def cmd_tls_certs(args: argparse.Namespace) -> int:
+    """``nbcluster tls-certs DIR``: a fresh CA and one cluster certificate in ``DIR``."""
+    if args.days <= 0:
+        print(f"nbcluster tls-certs: --days must be positive, got {args.days}", file=sys.stderr)
+        return 2
+    directory = Path(args.directory)
+    existing = [f for f in (CA_FILE, CERT_FILE, KEY_FILE) if (directory / f).exists()]
+    if existing:
+        print(
+            f"nbcluster tls-certs: {directory} already holds {', '.join(existing)}; "
+            "choose an empty directory (certificates are never overwritten)",
+            file=sys.stderr,
+        )
+        return 1
+    directory.mkdir(parents=True, exist_ok=True)
+    made = make_cluster_certificates(
+        directory, server_name=args.name, hosts=args.host, days=args.days
+    )
+    print(f"CA certificate:   {made.ca_file}")
+    print(f"certificate:      {made.cert_file} (name {made.server_name!r})")
+    print(f"private key:      {made.key_file} (mode 0600)")
+    print(f"the CA's own key: {directory / CA_KEY_FILE} (keep it; peers never need it)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nbcluster`` command."""
     parser = argparse.ArgumentParser(
@@ -360,6 +393,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     _add_resource_args(p)
     p.set_defaults(fn=cmd_start)
+    p = sub.add_parser(
+        "tls-certs",
+        help="make a CA and a cluster certificate (for --tls-ca/--tls-cert/--tls-key, or a "
+        "Kubernetes Secret: deploy/README.md)",
+    )
+    p.add_argument("directory", help="where to write ca.pem, cert.pem, key.pem (and ca-key.pem)")
+    p.add_argument(
+        "--name",
+        default=DEFAULT_SERVER_NAME,
+        help="the name peers check (NBCLUSTER_TLS_SERVER_NAME; default: %(default)s)",
+    )
+    p.add_argument(
+        "--host", action="append", default=[], help="an extra address or DNS name (repeatable)"
+    )
+    p.add_argument("--days", type=int, default=365, help="validity in days (default: %(default)s)")
+    p.set_defaults(fn=cmd_tls_certs)
     p = sub.add_parser("status", help="show the nodes and resources of a cluster")
     p.add_argument(
         "--address", default="", help="HOST:PORT of the head (default: newest local cluster)"

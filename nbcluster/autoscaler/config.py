@@ -86,6 +86,8 @@ _PROVIDER_KEYS: dict[str, dict[str, str]] = {
         "head_service": "the Service in front of the head (default: <cluster_name>-head)",
         "head_port": "the head's port on that Service (default: 6380)",
         "token_secret": "the Secret holding the cluster token (default: <cluster_name>-token)",
+        "tls_secret": "a Secret with ca.pem, cert.pem, key.pem (`nbcluster tls-certs`): worker "
+        "pods mount it and use mutual TLS (default: $NBCLUSTER_TLS_SECRET, else no TLS)",
         "image": "container image of the workers (default: the head pod's own image)",
         "service_account": "service account of the worker pods (default: none)",
         "in_cluster": "load the pod's service-account credentials (default: true)",

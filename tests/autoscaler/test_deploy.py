@@ -18,7 +18,10 @@ import yaml
 
 from nbcluster.autoscaler.config import parse_config
 from nbcluster.autoscaler.providers.kubernetes import (
+    CONTAINER,
     DEFAULT_PORT,
+    TLS_MOUNT,
+    TLS_SECRET_ENV,
     KubernetesNodeProvider,
     worker_pod,
 )
@@ -33,9 +36,21 @@ def _docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+def _patches() -> set[Path]:
+    """Files that components patch resources with (partial manifests, not resources)."""
+    out = set()
+    for kust in K8S.rglob("kustomization.yaml"):
+        for patch in yaml.safe_load(kust.read_text()).get("patches", []):
+            out.add((kust.parent / patch["path"]).resolve())
+    return out
+
+
 def _files() -> list[Path]:
+    skip = _patches()
     return sorted(
-        p for p in K8S.rglob("*.yaml") if p.name not in ("kustomization.yaml", "cluster.yaml")
+        p
+        for p in K8S.rglob("*.yaml")
+        if p.name not in ("kustomization.yaml", "cluster.yaml") and p.resolve() not in skip
     )
 
 
@@ -50,8 +65,8 @@ def _render(path: Path) -> list[dict[str, Any]]:
     return _docs(out.stdout)
 
 
-def _overlay_with_notebook(tmp_path: Path) -> Path:
-    overlay = tmp_path / "overlay"
+def _overlay(tmp_path: Path, name: str, base: Path, components: list[str]) -> Path:
+    overlay = tmp_path / name
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(
         yaml.safe_dump(
@@ -59,12 +74,18 @@ def _overlay_with_notebook(tmp_path: Path) -> Path:
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "namespace": "ml",
-                "resources": [os.path.relpath(K8S, overlay)],  # kustomize wants relative paths
-                "components": [os.path.relpath(K8S / "components" / "notebook", overlay)],
+                "resources": [os.path.relpath(base, overlay)],  # kustomize wants relative paths
+                "components": [
+                    os.path.relpath(K8S / "components" / c, overlay) for c in components
+                ],
             }
         )
     )
     return overlay
+
+
+def _overlay_with_notebook(tmp_path: Path) -> Path:
+    return _overlay(tmp_path, "overlay", K8S, ["notebook"])
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: str(p.relative_to(K8S)))
@@ -80,6 +101,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[st
     out = {"cluster": _render(K8S), "job": _render(K8S / "job")}
     if shutil.which("kubectl") is not None:
         out["notebook"] = _render(_overlay_with_notebook(tmp))
+        out["tls"] = _render(_overlay(tmp, "tls", K8S, ["notebook", "tls"]))
+        out["tls-only"] = _render(_overlay(tmp, "tls-only", K8S, ["tls"]))
+        out["tls-job"] = _render(_overlay(tmp, "tls-job", K8S / "job", ["tls"]))
     return out
 
 
@@ -211,6 +235,81 @@ def test_the_notebook_component_joins_through_the_head(rendered: dict[str, Any])
     assert env["JUPYTER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "nbcluster-notebook"
 
 
+TLS_FILES = {
+    "NBCLUSTER_TLS_CA_CERT": f"{TLS_MOUNT}/ca.pem",
+    "NBCLUSTER_TLS_CERT": f"{TLS_MOUNT}/cert.pem",
+    "NBCLUSTER_TLS_KEY": f"{TLS_MOUNT}/key.pem",
+}
+
+
+def _tls_of(spec: dict[str, Any], container: str) -> tuple[dict[str, Any], set[str]]:
+    """(env name -> value, TLS mount paths) of one container; checks the Secret volume."""
+    main = next(c for c in spec["containers"] if c["name"] == container)
+    env = {e["name"]: e.get("value") for e in main.get("env", [])}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = {m["mountPath"] for m in main.get("volumeMounts", []) if m["name"] == "tls"}
+    if mounts:
+        assert volumes["tls"]["secret"]["secretName"] == "nbcluster-tls"
+    return env, mounts
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the overlay")
+def test_the_tls_component_encrypts_head_notebook_job_and_workers(
+    rendered: dict[str, Any],
+) -> None:
+    head = _find(rendered["tls"], "Deployment", "nbcluster-head")["spec"]["template"]["spec"]
+    env, mounts = _tls_of(head, "head")
+    assert mounts == {TLS_MOUNT}
+    assert {k: env[k] for k in TLS_FILES} == TLS_FILES
+    assert env["NBCLUSTER_REQUIRE_ENCRYPTION"] == "1"  # fails closed
+    assert env[TLS_SECRET_ENV] == "nbcluster-tls"  # the autoscaler's worker pods mount it too
+    lab = _find(rendered["tls"], "Deployment", "nbcluster-notebook")["spec"]["template"]["spec"]
+    env, mounts = _tls_of(lab, "lab")
+    assert mounts == {TLS_MOUNT} and {k: env[k] for k in TLS_FILES} == TLS_FILES
+    job = _find(rendered["tls-job"], "Job")["spec"]["template"]["spec"]
+    env, mounts = _tls_of(job, "entrypoint")
+    assert mounts == {TLS_MOUNT} and {k: env[k] for k in TLS_FILES} == TLS_FILES
+    # Without the notebook component the component still renders (its patch finds nothing).
+    assert [d for d in rendered["tls-only"] if "notebook" in d["metadata"]["name"]] == []
+    # Without the component nothing mentions TLS.
+    plain = _find(rendered["notebook"], "Deployment", "nbcluster-head")["spec"]["template"]
+    env, mounts = _tls_of(plain["spec"], "head")
+    assert mounts == set() and not any(k.startswith("NBCLUSTER_TLS") for k in env)
+
+
+def test_worker_pods_mount_the_tls_secret_the_head_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _cluster_config()
+    _, t = next(iter(cfg.worker_types().items()))
+    node_config = {**t.node_config, "resources": dict(t.resources)}
+    plain = KubernetesNodeProvider(cfg.provider, cfg.cluster_name, core_api=object())
+    assert plain.tls_secret == ""
+    monkeypatch.setenv(TLS_SECRET_ENV, "nbcluster-tls")
+    provider = KubernetesNodeProvider(cfg.provider, cfg.cluster_name, core_api=object())
+    assert provider.tls_secret == "nbcluster-tls"
+    for secret in ("", provider.tls_secret):
+        pod = worker_pod(
+            "nbcluster-cpu2-abc123",
+            "ml",
+            node_config,
+            {},
+            head_address=provider.head_address,
+            token_secret=provider.token_secret,
+            tls_secret=secret,
+        )
+        for version in VERSIONS:
+            kubernetes_validate.validate(pod, version, strict=True)
+        env, mounts = _tls_of(pod["spec"], CONTAINER)
+        if secret:
+            assert mounts == {TLS_MOUNT} and {k: env[k] for k in TLS_FILES} == TLS_FILES
+        else:
+            assert mounts == set() and not any(k.startswith("NBCLUSTER_TLS") for k in env)
+    # The config key wins over the head's environment.
+    named = KubernetesNodeProvider(
+        {**cfg.provider, "tls_secret": "other"}, cfg.cluster_name, core_api=object()
+    )
+    assert named.tls_secret == "other"
+
+
 # -- the image --------------------------------------------------------------------------------------
 INSTRUCTIONS = {
     "FROM", "RUN", "COPY", "ADD", "ENV", "ARG", "WORKDIR", "USER", "EXPOSE",
@@ -282,5 +381,21 @@ def test_deploy_readme_walks_through_every_step() -> None:
         "nbcluster up",
         "nbcluster down",
         "nbcluster attach",
+        "nbcluster tls-certs",
+        "kubectl create secret generic nbcluster-tls",
+        "components/tls",
     ):
         assert needle in text, needle
+
+
+def test_tls_certs_makes_the_files_the_secret_holds(tmp_path: Path) -> None:
+    from nbcluster._runtime.protocol.tls import TlsSettings, ssl_context
+    from nbcluster.cli import main
+
+    out = tmp_path / "certs"
+    assert main(["tls-certs", str(out), "--host", "nbcluster-head.ml.svc"]) == 0
+    settings = TlsSettings.from_env({k: str(out / Path(v).name) for k, v in TLS_FILES.items()})
+    assert settings is not None and settings.server_name == "nbcluster"
+    assert (out / "key.pem").stat().st_mode & 0o077 == 0  # private
+    ssl_context(settings, server=True)  # the files load as a certificate chain and key
+    assert main(["tls-certs", str(out)]) == 1  # never overwrites

@@ -45,6 +45,7 @@ import grpc
 
 __all__ = [
     "CA_FILE",
+    "CA_KEY_FILE",
     "CERT_FILE",
     "KEY_FILE",
     "DEFAULT_SERVER_NAME",

@@ -31,6 +31,22 @@ from nbcluster.autoscaler.providers.base import (
 __all__ = ["KubernetesNodeProvider", "worker_pod"]
 
 TOKEN_MOUNT = "/etc/nbcluster/token"
+#: Where a TLS Secret (ca.pem, cert.pem, key.pem from ``nbcluster tls-certs``) is mounted.
+TLS_MOUNT = "/etc/nbcluster/tls"
+#: The head's environment names the TLS Secret its worker pods mount (set by
+#: deploy/kubernetes/components/tls); ``provider.tls_secret`` in the config does the same.
+TLS_SECRET_ENV = "NBCLUSTER_TLS_SECRET"
+
+
+def tls_env() -> list[dict[str, str]]:
+    """The ``NBCLUSTER_TLS_*`` variables that point a container at the mounted Secret."""
+    return [
+        {"name": "NBCLUSTER_TLS_CA_CERT", "value": f"{TLS_MOUNT}/ca.pem"},
+        {"name": "NBCLUSTER_TLS_CERT", "value": f"{TLS_MOUNT}/cert.pem"},
+        {"name": "NBCLUSTER_TLS_KEY", "value": f"{TLS_MOUNT}/key.pem"},
+    ]
+
+
 CONTAINER = "nbcluster-node"
 DEFAULT_IMAGE = "nbcluster:latest"
 DEFAULT_PORT = 6380
@@ -50,11 +66,15 @@ def worker_pod(
     *,
     head_address: str,
     token_secret: str,
+    tls_secret: str = "",
     image: str = DEFAULT_IMAGE,
     service_account: str = "",
     owner_references: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The pod manifest of one worker node (plain data, ready for the API or a validator)."""
+    """The pod manifest of one worker node (plain data, ready for the API or a validator).
+
+    With ``tls_secret`` the pod mounts that Secret at :data:`TLS_MOUNT` and every
+    connection of the node is mutual TLS (``NBCLUSTER_TLS_*``)."""
     template = copy.deepcopy(dict(node_config.get("pod", {})))
     resources = dict(node_config.get("resources", {}))
     meta = dict(template.get("metadata", {}))
@@ -100,17 +120,23 @@ def worker_pod(
             "--block",
         ],
     )
-    env = [e for e in main.get("env", []) if e.get("name") not in ("POD_NAME", "POD_IP")]
+    ours = {"POD_NAME", "POD_IP", *(e["name"] for e in tls_env())}
+    env = [e for e in main.get("env", []) if e.get("name") not in ours]
     env += [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
+    if tls_secret:
+        env += tls_env()
     main["env"] = env
-    mounts = [m for m in main.get("volumeMounts", []) if m.get("name") not in ("token", "dshm")]
+    names = ("token", "dshm", "tls")
+    mounts = [m for m in main.get("volumeMounts", []) if m.get("name") not in names]
     mounts += [
         {"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
+    if tls_secret:
+        mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
     main["volumeMounts"] = mounts
     if "resources" not in main:
         req: dict[str, str] = {}
@@ -123,11 +149,13 @@ def worker_pod(
             limits["nvidia.com/gpu"] = _quantity("GPU", resources["GPU"])
         main["resources"] = {"requests": req, "limits": limits}
     spec["containers"] = containers
-    volumes = [v for v in spec.get("volumes", []) if v.get("name") not in ("token", "dshm")]
+    volumes = [v for v in spec.get("volumes", []) if v.get("name") not in names]
     volumes += [
         {"name": "token", "secret": {"secretName": token_secret, "defaultMode": 0o440}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
+    if tls_secret:
+        volumes.append({"name": "tls", "secret": {"secretName": tls_secret, "defaultMode": 0o440}})
     spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
@@ -155,6 +183,9 @@ class KubernetesNodeProvider(NodeProvider):
         port = int(provider_config.get("head_port", DEFAULT_PORT))
         self.head_address = f"{service}.{self.namespace}.svc:{port}"
         self.token_secret = str(provider_config.get("token_secret", f"{cluster_name}-token"))
+        self.tls_secret = str(
+            provider_config.get("tls_secret") or os.environ.get(TLS_SECRET_ENV, "")
+        )
         self.image = str(provider_config.get("image", ""))
         self.service_account = str(provider_config.get("service_account", ""))
         if core_api is None:
@@ -190,6 +221,7 @@ class KubernetesNodeProvider(NodeProvider):
                 {**tags, TAG_CLUSTER: self.cluster_name},
                 head_address=self.head_address,
                 token_secret=self.token_secret,
+                tls_secret=self.tls_secret,
                 image=self.worker_image(),
                 service_account=self.service_account,
                 owner_references=self.owner_references(),
