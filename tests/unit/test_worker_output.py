@@ -22,24 +22,24 @@ class Sink:
 def test_writes_outside_a_task_are_not_captured() -> None:
     cap = OutputCapture()
     assert cap.write("stdout", "hello\n") is False
-    assert cap.drain() == (b"", None, [])
+    assert cap.drain() == []
 
 
 def test_a_task_output_is_buffered_and_folded_beyond_the_limits() -> None:
     cap = OutputCapture()
     sink = Sink()
-    cap.begin(b"t1", sink)
+    slot = cap.begin(b"t1", sink)
     for i in range(output.MAX_LINES_PER_FLUSH + 50):
         assert cap.write("stdout", f"line {i}\n")
     cap.write("stderr", "oops\n")
-    task_id, got_sink, chunks = cap.drain()
+    ((task_id, got_sink, chunks),) = cap.drain()
     assert task_id == b"t1" and got_sink is sink
     (out_name, out_text, dropped), (err_name, err_text, err_dropped) = chunks
     assert (out_name, err_name) == ("stdout", "stderr")
     assert out_text.count("\n") == output.MAX_LINES_PER_FLUSH and dropped == 50
     assert (err_text, err_dropped) == ("oops\n", 0)
     cap.write("stdout", "after\n")
-    assert cap.end() == (b"t1", sink, [("stdout", "after\n", 0)])
+    assert cap.end(slot) == (b"t1", sink, [("stdout", "after\n", 0)])
     assert cap.write("stdout", "no task\n") is False
 
 
@@ -107,3 +107,70 @@ def test_the_flusher_sends_what_is_written_and_sleeps_while_nothing_is() -> None
             await flusher
 
     asyncio.run(main())
+
+
+def test_an_unfinished_line_waits_for_its_newline_until_the_call_ends() -> None:
+    cap = OutputCapture()
+    sink = Sink()
+    slot = cap.begin(b"t", sink)
+    cap.write("stdout", "a line")  # print() writes the text, then the newline
+    assert cap.drain() == []
+    cap.write("stdout", "\n")
+    cap.write("stdout", "half")
+    assert cap.drain() == [(b"t", sink, [("stdout", "a line\n", 0)])]
+    assert cap.end(slot) == (b"t", sink, [("stdout", "half", 0)])
+
+
+def test_concurrent_calls_in_threads_each_get_their_own_output() -> None:
+    cap = OutputCapture()
+    sinks = {i: Sink() for i in range(4)}
+    barrier = threading.Barrier(4)
+    ended: dict[int, tuple[bytes, object, list[tuple[str, str, int]]]] = {}
+
+    def call(i: int) -> None:
+        slot = cap.begin(bytes([i]), sinks[i])
+        barrier.wait()  # all four calls are running
+        cap.write("stdout", f"from {i}\n")
+        barrier.wait()
+        ended[i] = cap.end(slot)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        assert ended[i] == (bytes([i]), sinks[i], [("stdout", f"from {i}\n", 0)])
+    assert cap.task_id == b"" and cap.write("stdout", "late\n") is False
+
+
+def test_concurrent_asyncio_calls_and_their_helpers_are_told_apart() -> None:
+    cap = OutputCapture()
+
+    async def call(i: int) -> tuple[bytes, object, list[tuple[str, str, int]]]:
+        slot = cap.begin(bytes([i]), None)
+        await asyncio.sleep(0)
+        cap.write("stdout", f"{i} on the loop\n")
+        await asyncio.to_thread(cap.write, "stderr", f"{i} in a helper thread\n")
+        await asyncio.create_task(asyncio.sleep(0))
+        return cap.end(slot)
+
+    async def main() -> list[tuple[bytes, object, list[tuple[str, str, int]]]]:
+        return await asyncio.gather(*(call(i) for i in range(3)))
+
+    for i, got in enumerate(asyncio.run(main())):
+        assert got == (
+            bytes([i]),
+            None,
+            [("stdout", f"{i} on the loop\n", 0), ("stderr", f"{i} in a helper thread\n", 0)],
+        )
+
+
+def test_a_thread_outside_any_call_writes_to_the_latest_running_call() -> None:
+    cap = OutputCapture()
+    sink = Sink()
+    slot = cap.begin(b"t", sink)
+    t = threading.Thread(target=cap.write, args=("stdout", "from a user thread\n"))
+    t.start()
+    t.join()
+    assert cap.end(slot) == (b"t", sink, [("stdout", "from a user thread\n", 0)])

@@ -259,13 +259,7 @@ class Executor:
                         continue  # requeued to the owner while we were blocked
                     self.running = spec.task_id
                     self.running_stream = stream
-                self.output.begin(spec.task_id, stream)
-                try:
-                    reply = self.execute(spec)
-                finally:
-                    task_id, _, rest = self.output.end()
-                    if rest:
-                        stream.loop.call_soon_threadsafe(stream.send_logs, task_id, rest)
+                reply = self._captured(spec, stream, self.execute)
                 with self._lock:
                     self.running = b""
                     self.running_stream = None
@@ -357,8 +351,22 @@ class Executor:
         reply.end_time = time.time()
         return reply
 
+    def _captured(self, spec: pb.TaskSpec, stream: _Stream, run: Any) -> pb.TaskReply:
+        """``run(spec)`` with what it prints sent to the caller (on this thread)."""
+        slot = self.output.begin(spec.task_id, stream)
+        try:
+            return run(spec)
+        finally:
+            self._end_output(slot, stream)
+
+    def _end_output(self, slot: Any, stream: _Stream) -> None:
+        """A call ended: its last output goes out before its reply (same loop, in order)."""
+        task_id, _, rest = self.output.end(slot)
+        if rest:
+            stream.loop.call_soon_threadsafe(stream.send_logs, task_id, rest)
+
     def _run_one(self, spec: pb.TaskSpec, stream: _Stream) -> None:
-        reply = self.execute(spec)
+        reply = self._captured(spec, stream, self.execute)
         stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
 
     def _start_thread_runner(self, concurrency: int) -> None:
@@ -379,7 +387,12 @@ class Executor:
 
         async def run(spec: pb.TaskSpec, stream: _Stream) -> None:
             async with sem:
-                reply = await self.execute_async(spec)
+                # this asyncio task's context: its prints are this call's output
+                slot = self.output.begin(spec.task_id, stream)
+                try:
+                    reply = await self.execute_async(spec)
+                finally:
+                    self._end_output(slot, stream)
             stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
 
         self.actor_runner = lambda spec, stream: asyncio.run_coroutine_threadsafe(

@@ -1,8 +1,10 @@
 """Capture what tasks print and hand it to the I/O loop in rate-limited chunks.
 
 ``sys.stdout`` and ``sys.stderr`` of a worker are replaced by :class:`TaskStream` objects.
-While a task runs, what it writes (from any thread, and through ``logging``) is buffered
-for that task; :func:`flush_forever` on the I/O loop drains the buffers when there is
+While a task or actor call runs, what it writes (through ``print``, ``sys.stderr`` or
+``logging``) is buffered for that call: calls of threaded and async actors run at once,
+and a ``contextvars`` variable tells which call a write belongs to (writes from threads the
+user starts go to the call begun last); :func:`flush_forever` on the I/O loop drains the buffers when there is
 something in them (at most once per ``FLUSH_INTERVAL_S``) and the executor drains them at
 the end of the task; both send them to the task's owner on the task stream. At most
 ``MAX_LINES_PER_FLUSH`` lines per stream and interval go out; the rest are counted and
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import io
 import logging
 import threading
@@ -87,54 +90,123 @@ class Wakeup:
             self._set = False
 
 
+class _Slot:
+    """One running task (or actor call): where its output goes and what is buffered."""
+
+    __slots__ = ("task_id", "sink", "bufs")
+
+    def __init__(self, task_id: bytes, sink: Any) -> None:
+        self.task_id = task_id
+        self.sink = sink
+        self.bufs: dict[str, _Buffer] = {"stdout": _Buffer(), "stderr": _Buffer()}
+
+    def drain(self, whole: bool = True) -> list[tuple[str, str, int]]:
+        """Take the buffered output; unless ``whole``, an unfinished last line (``print``
+        writes the text and its newline separately) waits for its end."""
+        out = []
+        for name, buf in self.bufs.items():
+            if not (buf.parts or buf.dropped):
+                continue
+            text = "".join(buf.parts)
+            fresh = _Buffer()
+            if not whole:
+                cut = text.rfind("\n") + 1
+                if len(text) - cut < MAX_CHARS_PER_FLUSH:
+                    text, keep = text[:cut], text[cut:]
+                    if keep:
+                        fresh.parts.append(keep)
+                        fresh.chars = len(keep)
+            self.bufs[name] = fresh
+            if text or buf.dropped:
+                out.append((name, text, buf.dropped))
+        return out
+
+
+#: The call whose output a write belongs to. Each thread has its own context and each
+#: asyncio task a copy of its creator's, so concurrent calls of a threaded or async actor
+#: (and ``asyncio.to_thread`` helpers of a call) are told apart.
+_current: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
+    "nbcluster_task_output", default=None
+)
+
+
 class OutputCapture:
-    """Per-task output buffers shared by the two streams."""
+    """Per-call output buffers shared by the two streams.
+
+    Several calls may run at once (threaded and async actors): :meth:`begin` marks the
+    calling context (thread, or asyncio task) as running a call, and writes made in that
+    context are buffered for it. Writes from a context that runs no call (a thread the
+    user started) go to the call begun last that is still running, which is exactly the
+    running task when calls run one at a time.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.task_id = b""
-        self.sink: Any = None  # where the running task's output goes (its stream)
-        self._bufs: dict[str, _Buffer] = {"stdout": _Buffer(), "stderr": _Buffer()}
+        self._slots: dict[int, _Slot] = {}  # running calls, in the order they began
         self._dirty = False
         #: Set on the first write into empty buffers (what :func:`flush_forever` waits for).
         self.wakeup = Wakeup()
 
-    def begin(self, task_id: bytes, sink: Any) -> None:
-        """A task starts: its output goes to ``sink``."""
+    @property
+    def task_id(self) -> bytes:
+        """The task id of the call begun last that still runs (b"" when none)."""
         with self._lock:
-            self.task_id = task_id
-            self.sink = sink
+            slot = self._latest_locked()
+            return slot.task_id if slot is not None else b""
 
-    def end(self) -> tuple[bytes, Any, list[tuple[str, str, int]]]:
-        """A task ended: return (task id, sink, the rest of its output)."""
+    def begin(self, task_id: bytes, sink: Any) -> _Slot:
+        """A call starts in this context: its output goes to ``sink``; pass the result to
+        :meth:`end`."""
+        slot = _Slot(task_id, sink)
         with self._lock:
-            out = self._drain_locked()
-            task_id, sink = self.task_id, self.sink
-            self.task_id, self.sink = b"", None
-        return task_id, sink, out
+            self._slots[id(slot)] = slot
+        _current.set(slot)
+        return slot
 
-    def drain(self) -> tuple[bytes, Any, list[tuple[str, str, int]]]:
-        """Take what the running task wrote since the last drain."""
+    def end(self, slot: _Slot | None = None) -> tuple[bytes, Any, list[tuple[str, str, int]]]:
+        """A call ended: return (task id, sink, the rest of its output).
+
+        ``slot`` defaults to the call begun in this context (or the latest one).
+        """
         with self._lock:
-            return self.task_id, self.sink, self._drain_locked()
+            if slot is None:
+                slot = self._slot_locked(_current.get())
+            if slot is None:
+                return b"", None, []
+            self._slots.pop(id(slot), None)
+            out = slot.drain()
+        if _current.get() is slot:
+            _current.set(None)
+        return slot.task_id, slot.sink, out
 
-    def _drain_locked(self) -> list[tuple[str, str, int]]:
-        self._dirty = False
-        out = []
-        for name, buf in self._bufs.items():
-            if buf.parts or buf.dropped:
-                out.append((name, "".join(buf.parts), buf.dropped))
-                self._bufs[name] = _Buffer()
-        return out
+    def drain(self) -> list[tuple[bytes, Any, list[tuple[str, str, int]]]]:
+        """Take what every running call wrote since the last drain: (task id, sink, chunks)."""
+        with self._lock:
+            self._dirty = False
+            out = []
+            for slot in self._slots.values():
+                chunks = slot.drain(whole=False)
+                if chunks:
+                    out.append((slot.task_id, slot.sink, chunks))
+            return out
+
+    def _latest_locked(self) -> _Slot | None:
+        return next(reversed(self._slots.values()), None)
+
+    def _slot_locked(self, slot: _Slot | None) -> _Slot | None:
+        if slot is not None and id(slot) in self._slots:
+            return slot
+        return self._latest_locked()
 
     def write(self, name: str, text: str) -> bool:
-        """Buffer ``text`` for the running task; False when no task runs."""
+        """Buffer ``text`` for the call running in this context; False when none runs."""
         with self._lock:
-            if not self.task_id:
+            slot = self._slot_locked(_current.get())
+            if slot is None:
                 return False
             first = not self._dirty
             self._dirty = True
-            buf = self._bufs[name]
+            buf = slot.bufs[name]
             if buf.lines >= MAX_LINES_PER_FLUSH or buf.chars >= MAX_CHARS_PER_FLUSH:
                 buf.dropped += text.count("\n")
             else:
@@ -151,17 +223,18 @@ async def flush_forever(
     interval: float = FLUSH_INTERVAL_S,
     send: Callable[[bytes, Any, list[tuple[str, str, int]]], None] | None = None,
 ) -> None:
-    """Send the running task's buffered output to its sink whenever there is some.
+    """Send the running calls' buffered output to their sinks whenever there is some.
 
     Waits (no timer) until something is written, sends it, then lets at least
     ``interval`` pass before the next send, so a chatty task is sent in chunks of at most
-    ``MAX_LINES_PER_FLUSH`` lines per interval. ``send(task_id, sink, chunks)`` defaults
-    to ``sink.send_logs(task_id, chunks)``.
+    ``MAX_LINES_PER_FLUSH`` lines per stream, call and interval. ``send(task_id, sink,
+    chunks)`` defaults to ``sink.send_logs(task_id, chunks)``.
     """
     while True:
         await capture.wakeup.wait()
-        task_id, sink, chunks = capture.drain()
-        if chunks and sink is not None:
+        for task_id, sink, chunks in capture.drain():
+            if sink is None:
+                continue
             if send is None:
                 sink.send_logs(task_id, chunks)
             else:
