@@ -7,7 +7,7 @@ is internal. Importing this package starts nothing and reads no configuration:
 
 import importlib
 
-from nbcluster import dag, exceptions, util
+from nbcluster import cloudpickle, dag, exceptions, runtime_context, util
 from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
     ClusterInfo,
@@ -85,6 +85,7 @@ __all__ = [
     "__version__",
     "available_resources",
     "cancel",
+    "cloudpickle",
     "cluster_resources",
     "dag",
     "data",
@@ -101,6 +102,7 @@ __all__ = [
     "progress",
     "put",
     "remote",
+    "runtime_context",
     "serve",
     "shutdown",
     "timeline",

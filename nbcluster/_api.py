@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from nbcluster import exceptions as exc
@@ -27,6 +26,7 @@ from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, serialize
 from nbcluster.cluster import LocalCluster, find_session
 from nbcluster.config import Config
+from nbcluster.runtime_context import RuntimeContext, get_runtime_context
 
 __all__ = [
     "init",
@@ -547,48 +547,6 @@ def cluster_resources() -> dict[str, float]:
 def available_resources() -> dict[str, float]:
     """Resources not held by running tasks, as of the nodes' last heartbeats."""
     return {k: v for k, v in _sum("available").items() if v > 0}
-
-
-class RuntimeContext:
-    """Where the calling code runs: node, job, task, worker."""
-
-    def __init__(self, client: CoreClient) -> None:
-        self._client = client
-
-    def get_node_id(self) -> str:
-        """Hex id of the node this process belongs to."""
-        return self._client.node_id.hex()
-
-    def get_job_id(self) -> str:
-        """Hex id of the driver's job."""
-        return self._client.job_id.hex()
-
-    def get_task_id(self) -> str | None:
-        """Hex id of the running task (None in a driver)."""
-        tid = self._client.current_task_id
-        return tid.hex() if tid else None
-
-    def get_worker_id(self) -> str:
-        """Hex id of this worker or driver."""
-        return self._client.worker_id.hex()
-
-    @property
-    def namespace(self) -> str:
-        """The namespace of the job."""
-        return self._client.namespace
-
-    @property
-    def session_dir(self) -> Path:
-        """The cluster's session directory."""
-        return Path(self._client.session_dir)
-
-    def __repr__(self) -> str:
-        return f"RuntimeContext(node={self.get_node_id()[:8]}, job={self.get_job_id()[:8]})"
-
-
-def get_runtime_context() -> RuntimeContext:
-    """Information about where the caller runs."""
-    return RuntimeContext(context.require_client())
 
 
 def get_gpu_ids() -> list[int]:

@@ -6,6 +6,8 @@ value when no ref remains anywhere (DESIGN §1, ownership).
 
 from __future__ import annotations
 
+import types
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from nbcluster._runtime import context
@@ -17,12 +19,23 @@ if TYPE_CHECKING:
 __all__ = ["ObjectRef"]
 
 
+#: Length of an object id: the 16-byte id of the task that makes it and a 4-byte index.
+OBJECT_ID_SIZE = 20
+
+
 class ObjectRef:
     """A reference to a (possibly not yet computed) value in the cluster.
 
     Get the value with ``nbcluster.get(ref)``; pass the ref to other tasks to hand them
-    the value without fetching it here. Refs are created by ``.remote()`` and
-    ``nbcluster.put``, never by calling this class.
+    the value without fetching it here. Refs come from ``.remote()`` and
+    ``nbcluster.put``; ``ObjectRef[T]`` works in type hints.
+
+    ``ObjectRef(id_bytes)`` (and :meth:`from_hex` / :meth:`from_binary`) rebuild a ref
+    from its id, for ids passed out of band. As in Ray this is an anti-pattern: the
+    cluster cannot count such a ref. In a process that still holds a ref to the object
+    the rebuilt ref is a full one; elsewhere pass ``owner_address=`` (the original ref's
+    :attr:`owner_address`), or ``nbcluster.get`` on it raises ``ObjectLostError``; a
+    warning says so when the ref is made.
     """
 
     __slots__ = ("_id", "_owner", "_client", "__weakref__")
@@ -31,10 +44,70 @@ class ObjectRef:
     _owner: str
     _client: CoreClient | None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError(
-            "ObjectRef cannot be created directly; it comes from f.remote(...) or nbcluster.put(value)"
-        )
+    def __init__(self, id: bytes, owner_address: str = "") -> None:  # noqa: A002 - Ray's name
+        if isinstance(id, bytearray | memoryview):
+            id = bytes(id)  # noqa: A001
+        if not isinstance(id, bytes):
+            raise TypeError(
+                f"ObjectRef(id) takes the id's bytes (ref.binary()), not a {type(id).__name__}; "
+                "use ObjectRef.from_hex(text) for a hex string"
+            )
+        if len(id) != OBJECT_ID_SIZE:
+            raise ValueError(
+                f"an object id is {OBJECT_ID_SIZE} bytes, got {len(id)}: pass ref.binary() "
+                "of an nbcluster ObjectRef"
+            )
+        client = context.current_client()
+        owner, owned = _known_owner(client, id)
+        owner = owner or owner_address
+        self._id = id
+        self._owner = owner
+        if not owner:
+            warnings.warn(
+                f"ObjectRef({id.hex()}) was made from an id this process holds no ref to, so "
+                "its owner is unknown and nbcluster.get() on it will fail; pass the ObjectRef "
+                "itself (as a task argument, or pickled), or ObjectRef(id, owner_address=...)",
+                UserWarning,
+                stacklevel=2,
+            )
+            self._client = None  # not counted: the owner cannot be told
+            return
+        self._client = client
+        if client is not None:
+            client.add_local_ref(id, owner, not owned)
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        """``ObjectRef[int]`` in type hints."""
+        return types.GenericAlias(cls, item)
+
+    @classmethod
+    def from_binary(cls, id: bytes, owner_address: str = "") -> ObjectRef[Any]:  # noqa: A002
+        """The ref of an object id given as bytes (see the class notes on out-of-band ids)."""
+        return cls(id, owner_address)
+
+    @classmethod
+    def from_hex(cls, hex_id: str, owner_address: str = "") -> ObjectRef[Any]:
+        """The ref of an object id given as hex (``ref.hex()``); see the class notes."""
+        try:
+            raw = bytes.fromhex(hex_id)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"ObjectRef.from_hex() takes the text of ref.hex(), got {hex_id!r}"
+            ) from None
+        return cls(raw, owner_address)
+
+    @classmethod
+    def nil(cls) -> ObjectRef[Any]:
+        """A ref to no object (all-zero id); ``is_nil()`` is true for it."""
+        ref = object.__new__(cls)
+        ref._id = bytes(OBJECT_ID_SIZE)
+        ref._owner = ""
+        ref._client = None
+        return ref
+
+    def is_nil(self) -> bool:
+        """True for :meth:`nil`."""
+        return not any(self._id)
 
     @classmethod
     def _new(
@@ -91,7 +164,7 @@ class ObjectRef:
         return (_rebuild_ref, (self._id, self._owner))
 
     def __del__(self) -> None:
-        client = self._client
+        client = getattr(self, "_client", None)  # None too when __init__ refused the id
         if client is not None:
             try:  # noqa: SIM105 - contextlib may be gone at interpreter shutdown
                 client.remove_local_ref(self._id)
@@ -107,6 +180,18 @@ class ObjectRef:
         """A ``concurrent.futures.Future`` that completes with the value."""
         client = context.require_client()
         return client.as_future(self)
+
+
+def _known_owner(client: Any, object_id: bytes) -> tuple[str, bool]:
+    """(owner address, owned here) of an object this process holds a ref to, else ("", False)."""
+    if client is None:
+        return "", False
+    table = getattr(client, "table", None)
+    if table is None:  # a Ray-client driver: its refs are counted by the proxy
+        counts = getattr(client, "counts", {})
+        return (context.CLIENT_OWNER, False) if object_id in counts else ("", False)
+    entry = table.get(object_id)
+    return (entry.owner, entry.owned) if entry is not None else ("", False)
 
 
 def _rebuild_ref(object_id: bytes, owner: str) -> ObjectRef:

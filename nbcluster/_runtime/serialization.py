@@ -55,6 +55,7 @@ with two clients can tell which one is deserializing.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import io
 import pickle
@@ -77,9 +78,12 @@ __all__ = [
     "current_deserialize_context",
     "deserialize",
     "function_hash",
+    "make_pickler",
     "note_contained_ref",
+    "register_reducer",
     "register_ref_deserializer_hook",
     "serialize",
+    "unregister_reducer",
 ]
 
 MAGIC = b"NBC1"
@@ -117,6 +121,31 @@ _MAX_WALK_SECONDS = 2.0
 
 _tls = threading.local()
 _on_ref_deserialized: Callable[[object], None] | None = None
+#: ``cls -> reduce function`` registered by ``nbcluster.util.register_serializer`` (this
+#: process only, as in Ray: the deserializer travels inside each value).
+_custom_reducers: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_reducer(cls: type, reducer: Callable[[Any], Any]) -> None:
+    """Pickle instances of exactly ``cls`` with ``reducer(obj)`` (a ``__reduce__`` result)."""
+    _custom_reducers[cls] = reducer
+
+
+def unregister_reducer(cls: type) -> None:
+    """Forget the reducer of ``cls`` (nothing happens when there is none)."""
+    _custom_reducers.pop(cls, None)
+
+
+class _Pickler(cloudpickle.Pickler):
+    # Read by the C pickler when it is made; the ChainMap sees later registrations.
+    dispatch_table = collections.ChainMap(_custom_reducers, cloudpickle.Pickler.dispatch_table)
+
+
+def make_pickler(
+    file: Any, buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None
+) -> Any:
+    """The cloudpickle pickler every value goes through, with the registered reducers."""
+    return _Pickler(file, protocol=PICKLE_PROTOCOL, buffer_callback=buffer_callback)
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,9 +322,7 @@ def _serialize_slow(value: object, what: str, name: str) -> SerializedValue:
     _tls.refs = refs
     try:
         with io.BytesIO() as file:
-            cloudpickle.Pickler(
-                file, protocol=PICKLE_PROTOCOL, buffer_callback=keep_out_of_band
-            ).dump(value)
+            make_pickler(file, keep_out_of_band).dump(value)
             meta = file.getvalue()
     except Exception as exc:  # noqa: BLE001 - any failure while pickling means "not serializable"
         raise _serialization_error(value, exc, what, name) from None
@@ -487,7 +514,7 @@ def _pickle_error(obj: object) -> BaseException | None:
     """The exception pickling ``obj`` alone raises, or ``None`` if it pickles."""
     try:
         with io.BytesIO() as file:
-            cloudpickle.Pickler(file, protocol=PICKLE_PROTOCOL, buffer_callback=_drop).dump(obj)
+            make_pickler(file, _drop).dump(obj)
     except Exception as exc:  # noqa: BLE001 - any failure counts as unpicklable
         return exc
     return None

@@ -1,6 +1,8 @@
-"""Utilities built on the core API: actor pools, placement groups, scheduling strategies."""
+"""Utilities built on the core API: actor pools, placement groups, scheduling strategies,
+custom serializers."""
 
 from nbcluster.util.actor_pool import ActorPool
+from nbcluster.util.check_serialize import inspect_serializability
 from nbcluster.util.placement_group import (
     PlacementGroup,
     get_placement_group,
@@ -12,14 +14,18 @@ from nbcluster.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
     PlacementGroupSchedulingStrategy,
 )
+from nbcluster.util.serialization import deregister_serializer, register_serializer
 
 __all__ = [
     "ActorPool",
     "NodeAffinitySchedulingStrategy",
     "PlacementGroup",
     "PlacementGroupSchedulingStrategy",
+    "deregister_serializer",
     "get_placement_group",
+    "inspect_serializability",
     "placement_group",
     "placement_group_table",
+    "register_serializer",
     "remove_placement_group",
 ]

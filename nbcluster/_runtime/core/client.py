@@ -467,9 +467,14 @@ class CoreClient:
                 entry = self.table.entries.get(ref._id)
                 if entry is None:  # a ref whose client was a previous session
                     entry = Entry(False, ref._owner)
-                    entry.set_ready(
-                        exc=exc.ObjectLostError(ref.hex(), "the ref belongs to a finished session")
-                    )
+                    why = "the ref belongs to a finished session"
+                    if not ref._owner:  # ObjectRef(id) of an object nobody here refers to
+                        why = (
+                            "its owner is unknown: it was rebuilt from an id "
+                            "(ObjectRef(id) / ObjectRef.from_hex) in a process holding no "
+                            "ref to it; pass the ObjectRef itself, or owner_address="
+                        )
+                    entry.set_ready(exc=exc.ObjectLostError(ref.hex(), why))
                 elif not entry.owned and entry.state == PENDING and not entry.fetching:
                     entry.fetching = True
                     to_fetch.append((ref._id, entry))
@@ -570,6 +575,11 @@ class CoreClient:
 
     def on_blocked(self, blocked: bool) -> None:
         """Hook: a worker gives its CPU back while it waits (overridden by the worker)."""
+
+    def running_task(self) -> Any:
+        """Hook: the task or actor call running in the caller's thread or asyncio task
+        (what ``get_runtime_context()`` reads); None outside one (overridden by workers)."""
+        return None
 
     def as_future(self, ref: Any) -> concurrent.futures.Future[Any]:
         """A concurrent future resolved with the ref's value (or error)."""

@@ -337,6 +337,8 @@ class Submitter:
         spec.lease_id = lease.lease_id
         del spec.gpu_ids[:]
         spec.gpu_ids.extend(lease.gpu_ids)
+        if not spec.resources:  # get_runtime_context().get_assigned_resources()
+            spec.resources.update(lease.kq.resources)
         rec.lease = lease
         lease.inflight[rec.task_id] = rec
         lease.outbox.append(spec)

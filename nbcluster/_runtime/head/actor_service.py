@@ -256,6 +256,8 @@ class ActorManager:
             spec.lease_id = reply.lease_id
             del spec.gpu_ids[:]
             spec.gpu_ids.extend(reply.gpu_ids)
+            spec.resources.clear()  # get_runtime_context().get_assigned_resources()
+            spec.resources.update(rec.resources)
             spec.attempt = rec.num_restarts
             try:
                 result = await self.channels.stub(reply.worker_address, "core").CreateActor(

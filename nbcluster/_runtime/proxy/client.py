@@ -51,6 +51,10 @@ class ProxyClient:
         self.namespace = ""
         self.current_task_id = b""
 
+    def running_task(self) -> None:
+        """A Ray-client driver runs no task."""
+        return None
+
     # -- transport ---------------------------------------------------------------------------
     def call(self, op: str, args: Any = None) -> Any:
         """One operation on the proxy, retried through short outages."""

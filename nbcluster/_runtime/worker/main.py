@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -40,7 +41,6 @@ from nbcluster.config import Config
 log = logging.getLogger("nbcluster.worker")
 
 
-
 def _ray_call(instance: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
     return fn(instance, *args, **kwargs)
 
@@ -51,6 +51,40 @@ def actor_method(instance: Any, name: str) -> Any:
     if name == "__ray_call__":
         return functools.partial(_ray_call, instance)
     return getattr(instance, name)
+
+
+class RunningTask:
+    """What ``get_runtime_context()`` reads about the call running in a thread or asyncio
+    task of this worker (calls of threaded and async actors run at once)."""
+
+    __slots__ = ("spec", "actor_id", "resources", "gpu_ids", "in_async_actor", "_executor")
+
+    def __init__(self, spec: pb.TaskSpec, executor: Executor, in_async_actor: bool) -> None:
+        self.spec = spec
+        self._executor = executor
+        self.in_async_actor = in_async_actor
+        self.actor_id = spec.actor_id
+        if spec.actor_id and not spec.actor_creation:  # a call keeps its actor's grant
+            self.resources = dict(executor.actor_resources)
+            self.gpu_ids = list(executor.actor_gpu_ids)
+        else:
+            self.resources = dict(spec.resources)
+            self.gpu_ids = list(spec.gpu_ids)
+
+    @property
+    def task_id(self) -> bytes:
+        """Id of the running task or actor call."""
+        return self.spec.task_id
+
+    def is_canceled(self) -> bool:
+        """True once ``nbcluster.cancel`` reached this call."""
+        return self.spec.task_id in self._executor.cancelled
+
+
+#: The call running in this thread or asyncio task (see :class:`RunningTask`).
+_running: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
+    "nbcluster_running_task", default=None
+)
 
 
 class _Stream:
@@ -174,6 +208,8 @@ class Executor:
         self.mapped = MappedObjects()  # large arguments, kept while more tasks are queued
         self.actor: Any = None
         self.actor_id = b""
+        self.actor_resources: dict[str, float] = {}  # granted at creation, kept by its calls
+        self.actor_gpu_ids: list[int] = []
         self.actor_runner: Any = None  # set for threaded or async actors
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
@@ -328,6 +364,9 @@ class Executor:
         client.namespace = spec.namespace
         client.current_task_id = spec.task_id
         client.current_pg = (spec.capture_pg, True) if spec.capture_pg else None
+        self.actor_resources = dict(spec.resources)
+        self.actor_gpu_ids = list(spec.gpu_ids)
+        token = _running.set(RunningTask(spec, self, in_async_actor=False))
         try:
             cls = self.function(spec)
             args, kwargs = self.resolve_args(spec)
@@ -340,6 +379,7 @@ class Executor:
             return reply
         finally:
             client.current_task_id = b""
+            _running.reset(token)
         self.actor = instance
         self.actor_id = spec.actor_id
         self.actor_capture = (spec.capture_pg, True) if spec.capture_pg else None
@@ -421,6 +461,7 @@ class Executor:
             worker_pid=os.getpid(),
             node_id=self.client.node_id,
         )
+        _running.set(RunningTask(spec, self, in_async_actor=True))  # this asyncio task's
         try:
             method = actor_method(self.actor, spec.function_name)
             args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
@@ -470,6 +511,7 @@ class Executor:
         )
         name = spec.function_name
         client.current_task_id = spec.task_id
+        token = _running.set(RunningTask(spec, self, in_async_actor=False))
         if spec.actor_id:
             client.current_pg = self.actor_capture  # an actor's calls keep its group
         else:
@@ -502,6 +544,7 @@ class Executor:
                 self._error_returns(spec, err, reply)
         finally:
             client.current_task_id = b""
+            _running.reset(token)
         reply.end_time = time.time()
         self.calls[spec.function_id] = self.calls.get(spec.function_id, 0) + 1
         if spec.max_calls and self.calls[spec.function_id] >= spec.max_calls:
@@ -591,6 +634,10 @@ class WorkerClient(CoreClient):
 
     def on_blocked(self, blocked: bool) -> None:
         self.executor.set_blocked(blocked)
+
+    def running_task(self) -> RunningTask | None:
+        """The call running in the caller's thread or asyncio task."""
+        return _running.get()
 
     def map_from_store_location(self, loc: pb.ObjectLocation) -> memoryview:
         from nbcluster._runtime.core.ownership import Entry
