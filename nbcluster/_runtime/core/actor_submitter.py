@@ -283,6 +283,10 @@ class ActorSubmitter:
                 timeout=10,
             )
 
+    def running(self) -> bool:
+        """True while a call of this process to an actor has not replied."""
+        return any(conn.inflight for conn in self.conns.values())
+
     def shutdown(self) -> None:
         self.closed = True
         for conn in self.conns.values():

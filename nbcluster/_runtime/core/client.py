@@ -159,9 +159,18 @@ class CoreClient:
         if self.closed:
             return
         self.closed = True
+        # RPCs cut short by the shutdown fail in tasks nobody awaits any more: their errors
+        # ("Task exception was never retrieved ... Channel is closed") are not the user's.
+        self.loop.set_exception_handler(_quiet_after_close)
         release = self.table.drop_all()
 
         async def _stop() -> None:
+            if self.mode != "worker" and (
+                self.submitter.running() or self.actor_submitter.running()
+            ):
+                # What running tasks printed just before the driver exits is still on its
+                # way (workers send output every FLUSH_INTERVAL_S): print it first, as Ray.
+                await asyncio.sleep(EXIT_OUTPUT_GRACE_S)
             self.submitter.shutdown()
             self.actor_submitter.shutdown()
             if release:
@@ -171,10 +180,13 @@ class CoreClient:
                 await self.server.stop(grace=0.1)
             await self.channels.close()
             me = asyncio.current_task()
-            others = [t for t in asyncio.all_tasks() if t is not me]
-            for t in others:
-                t.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            for _ in range(3):  # cancelled tasks may start others while they unwind
+                others = [t for t in asyncio.all_tasks() if t is not me]
+                if not others:
+                    break
+                for t in others:
+                    t.cancel()
+                await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             self.run(_stop(), timeout=5)
@@ -702,6 +714,15 @@ class HeadRetry:
 
         self.__dict__[name] = call
         return call
+
+
+#: How long a driver that exits with tasks still running waits for what they printed.
+EXIT_OUTPUT_GRACE_S = 0.5
+
+
+def _quiet_after_close(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The I/O loop's exception handler once the client is stopping: debug log only."""
+    log.debug("after shutdown: %s", context.get("message"), exc_info=context.get("exception"))
 
 
 class SourceUnavailable(Exception):

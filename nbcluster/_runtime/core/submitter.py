@@ -867,6 +867,10 @@ class Submitter:
         for key in touched:
             self._pump(self.keys[key])
 
+    def running(self) -> bool:
+        """True while a task of this process runs (or is sent) on a leased worker."""
+        return any(lease.inflight for kq in self.keys.values() for lease in kq.leases)
+
     def shutdown(self) -> None:
         """Stop: return leases, fail nothing (the process is going away)."""
         self.closed = True
