@@ -23,6 +23,8 @@ export interface IJobsHost {
 }
 
 const MAX_LOG_CHARS = 200_000;
+/** At most this often the list is read because the cluster changed (jobs submitted elsewhere). */
+const STORE_REFRESH_MS = 10_000;
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -126,7 +128,10 @@ export class JobsSection {
     this._listPoll = new Poll({
       factory: () => this.refresh(),
       frequency: { interval: 2000, backoff: true, max: 30000 },
-      standby: 'when-hidden',
+      // Poll while a job runs; with none running the list changes only by what this panel
+      // does (it refreshes then) or by submissions from elsewhere, which the cluster's
+      // pushed updates bring (see _clustersChanged): an idle page sends no requests.
+      standby: () => document.hidden || !this._jobs.some(j => !isTerminal(j.status)),
       name: 'nbcluster:jobs'
     });
     this._logPoll = new Poll({
@@ -207,6 +212,7 @@ export class JobsSection {
       this._render();
       return;
     }
+    this._lastRefresh = Date.now();
     try {
       this._jobs = await this.api.list(id);
       this._error = null;
@@ -274,6 +280,9 @@ export class JobsSection {
         this.select(null);
         void this.refresh();
       }
+    } else if (Date.now() - this._lastRefresh > STORE_REFRESH_MS) {
+      // The cluster changed (a pushed update): look for jobs submitted elsewhere.
+      void this.refresh();
     }
     this._render();
   }
@@ -319,6 +328,7 @@ export class JobsSection {
   private _log: HTMLElement;
   private _rows = new Map<string, JobRow>();
   private _jobs: IJobModel[] = [];
+  private _lastRefresh = 0;
   private _selected: string | null = null;
   private _offset = 0;
   private _logText = '';
