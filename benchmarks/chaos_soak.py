@@ -89,6 +89,15 @@ def _cpu_fraction(session_dir: str, window_s: float = 2.0) -> float:
     return max(0.0, _cluster_cpu_seconds(session_dir) - before) / window_s
 
 
+def _held(node: dict[str, Any]) -> dict[str, Any]:
+    """What a live node's last heartbeat says it still has leased out."""
+    total, avail = node["Resources"], node.get("Available", {})
+    return {
+        "node": node["NodeID"][:8],
+        "held": {k: v - avail.get(k, 0.0) for k, v in total.items() if avail.get(k, 0.0) != v},
+    }
+
+
 class _Killer(threading.Thread):
     """Kills a random node manager (never the driver's) every ``interval`` and replaces it."""
 
@@ -234,13 +243,18 @@ def run(settings: Settings, log: Any = None) -> dict[str, Any]:
 
     missing = nbcluster.get(db.missing.remote(expected), timeout=120)
     restarts = sum((nbcluster.state.actor_info(r) or {}).get("restarts", 0) for r in reporters)
-    total = nbcluster.cluster_resources()
     settle_deadline = time.monotonic() + s.settle_s
-    while time.monotonic() < settle_deadline:
-        if nbcluster.available_resources() == total:
-            break
+
+    def settled() -> bool:
+        # Both sides read now: the last node killed may be declared dead (leaving both
+        # sums) after the loop started, so a total read once before it can never match.
+        return nbcluster.available_resources() == nbcluster.cluster_resources()
+
+    while time.monotonic() < settle_deadline and not settled():
         time.sleep(0.2)
-    resources_back = nbcluster.available_resources() == total
+    resources_back = settled()
+    if not resources_back:
+        say(f"resources not back: {[_held(n) for n in nbcluster.nodes() if n['Alive']]}")
     cpu_after = _cpu_fraction(session)
     while cpu_after > idle_cpu + 0.25 and time.monotonic() < settle_deadline:
         cpu_after = _cpu_fraction(session)

@@ -56,3 +56,23 @@ def test_zero_cpu_actors_spread_over_every_node() -> None:
     first = manager.table.actors[bytes([0]) * 16]
     first.state = DEAD
     assert manager._pick_node(_actor(9)) == first.node_address
+
+
+def test_a_hard_affinity_to_a_restored_node_waits_for_it_instead_of_failing() -> None:
+    """After a head restart a restored node is unconfirmed (no work) until it heartbeats; an
+    actor restarted before then (its worker's death reported first) must wait, not fail."""
+    state = HeadState(node_death_timeout_s=2)
+    node = _node(1)
+    state.restore_node(node, now=100.0)
+    manager = ActorManager(state, channels=None)  # type: ignore[arg-type]
+    rec = _actor(1, strategy=f"NODE_AFFINITY:{node.node_id.hex()}:0")
+    assert state.live_nodes() == []  # gets no work yet...
+    assert manager._hard_affinity_lost(rec) is None  # ...but is not given up on
+    assert manager._pick_node(rec) is None  # placement retries until it heartbeats
+    assert state.heartbeat(node.node_id, 101.0, {"CPU": 1.0}, 0, 0)
+    assert manager._pick_node(rec) == node.address
+    # Silent past the death timeout: dead, and the hard affinity can never be met.
+    state.tick(104.0)
+    assert manager._hard_affinity_lost(rec) == node.node_id.hex()
+    unknown = _actor(2, strategy=f"NODE_AFFINITY:{'ab' * 16}:0")
+    assert manager._hard_affinity_lost(unknown) == "ab" * 16

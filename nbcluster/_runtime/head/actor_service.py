@@ -177,6 +177,21 @@ class ActorManager:
             return min(could, key=load).address
         return None
 
+    def _hard_affinity_lost(self, rec: ActorRecord) -> str | None:
+        """The node a hard node affinity names, when it is dead or unknown (node ids are
+        never reused: it will not come back); None otherwise.
+
+        Any live record counts, not only the nodes that take work now: after a head restart
+        a restored node stays unconfirmed until its first heartbeat, and an actor restarted
+        before then (its worker's death was reported first) waits for it instead of failing.
+        """
+        if not (rec.strategy.startswith("NODE_AFFINITY:") and rec.strategy.endswith(":0")):
+            return None
+        node_hex = rec.strategy.split(":")[1]
+        if any(n.alive and n.node_id.hex() == node_hex for n in self.state.nodes.values()):
+            return None
+        return node_hex
+
     def _charge(self, address: str, resources: dict[str, float]) -> None:
         """Count a placed actor against the (heartbeat-old) view so the next placement,
         SPREAD in particular, sees it at once."""
@@ -198,19 +213,17 @@ class ActorManager:
             rec = self.table.actors.get(actor_id)
             if rec is None or rec.state == DEAD:
                 return
-            if rec.strategy.startswith("NODE_AFFINITY:") and rec.strategy.endswith(":0"):
-                node_hex = rec.strategy.split(":")[1]
-                alive = {n.node_id.hex() for n in self.state.live_nodes()}
-                if node_hex not in alive:  # node ids are never reused: it will not come back
-                    self.apply(
-                        self.table.unschedulable(
-                            actor_id,
-                            f"its hard node affinity names node {node_hex}, which is dead or "
-                            "unknown; use soft=True to run elsewhere",
-                            self.clock(),
-                        )
+            node_hex = self._hard_affinity_lost(rec)
+            if node_hex is not None:
+                self.apply(
+                    self.table.unschedulable(
+                        actor_id,
+                        f"its hard node affinity names node {node_hex}, which is dead or "
+                        "unknown; use soft=True to run elsewhere",
+                        self.clock(),
                     )
-                    return
+                )
+                return
             address = self._pick_node(rec)
             if address is None:
                 if not warned:
