@@ -288,3 +288,29 @@ def test_f10_child_tasks_of_a_dead_owner_end(cluster) -> None:
         timeout=20,
         message="the dead owner's child task kept running",
     )
+
+
+def test_f13_lost_actor_creation_replies_run_each_constructor_once(
+    cluster, monkeypatch, tmp_path: Path
+) -> None:
+    # Half of the CreateActor requests or replies are lost: the head asks the worker again
+    # (it answers pings), and the worker runs __init__ once per actor whatever it is asked.
+    monkeypatch.setenv("NBCLUSTER_TESTING_RPC_FAILURE", "CreateActor=0.25:0.5")
+    cluster(num_cpus=2)
+    inits = tmp_path / "inits"
+    inits.mkdir()
+
+    @nbcluster.remote(num_cpus=0, max_restarts=0)
+    class Once:
+        def __init__(self, i: int) -> None:
+            (inits / f"{i}-{os.getpid()}-{time.monotonic_ns()}").touch()
+            self.i = i
+
+        def get(self) -> int:
+            return self.i
+
+    actors = [Once.remote(i) for i in range(12)]
+    assert nbcluster.get([a.get.remote() for a in actors], timeout=120) == list(range(12))
+    made = sorted(int(p.name.split("-")[0]) for p in inits.iterdir())
+    assert made == list(range(12)), f"constructors ran {made}"  # once each, none lost
+    assert_cluster_healthy(timeout=30)
