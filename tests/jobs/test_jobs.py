@@ -337,8 +337,10 @@ def test_the_jobs_environment_reaches_its_tasks_merged_with_inits(jobs, tmp_path
     )
     env = {"working_dir": str(wd), "env_vars": {"FROM_JOB": "job"}}
     sid = jobs.submit_job(entrypoint=f"{PY} main.py merge", runtime_env=env)
-    assert wait_job(jobs, sid, {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
+    status = wait_job(jobs, sid, {JobStatus.SUCCEEDED, JobStatus.FAILED})
+    assert status == JobStatus.SUCCEEDED, (jobs.get_job_info(sid), jobs.get_job_logs(sid))
     assert "TASK SAW ('from the job working_dir', 'job', 'init')" in jobs.get_job_logs(sid)
     sid = jobs.submit_job(entrypoint=f"{PY} main.py conflict", runtime_env=env)
-    assert wait_job(jobs, sid, {JobStatus.SUCCEEDED, JobStatus.FAILED}) == JobStatus.SUCCEEDED
+    status = wait_job(jobs, sid, {JobStatus.SUCCEEDED, JobStatus.FAILED})
+    assert status == JobStatus.SUCCEEDED, (jobs.get_job_info(sid), jobs.get_job_logs(sid))
     assert "REFUSED" in jobs.get_job_logs(sid) and "env_vars['FROM_JOB']" in jobs.get_job_logs(sid)

@@ -242,6 +242,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.drivers = DriverWatch(state, self.channels, self.finish_job)
         self.dead_nodes = store.load_dead_nodes()
         self.reachability = NodeReachability(state, token)
+        self._confirming: asyncio.Task[None] | None = None  # probes of restored nodes
         # jobs (issue 17): links a driver to the submitted job whose entrypoint it runs in
         self.driver_registered: Callable[[bytes, int, str], None] | None = None
 
@@ -341,11 +342,34 @@ class HeadService(pb_grpc.HeadServicer):
         now = self.clock()
         for node in self.store.load_nodes():
             self.state.restore_node(node, now)
+        restored = [n for n in self.state.nodes.values() if n.alive and not n.confirmed]
+        if restored:
+            self._confirming = asyncio.get_running_loop().create_task(
+                self._confirm_restored(restored)
+            )
         self.actors.recover(self.store.load_actors())
         self.placement.recover(self.store.load_pgs())
         for job in list(self.state.jobs.values()):
             if job.alive:
                 self.drivers.job_registered(job)
+
+    async def _confirm_restored(self, nodes: list[NodeRecord]) -> None:
+        """Ask each restored node whether it is still there. One that answers at its
+        address as itself is confirmed at once: it need not wait for its next heartbeat,
+        which an idle node sends only every ``node_death_timeout_s / 4`` (meanwhile drivers
+        on its host would find no node there). The others wait for the death timeout."""
+        results = await asyncio.gather(
+            *(self.reachability.probe(n) for n in nodes), return_exceptions=True
+        )
+        confirmed = 0
+        for node, detail in zip(nodes, results, strict=True):
+            if detail == "" and node.alive and not node.confirmed:
+                node.confirmed = True
+                node.last_heartbeat = self.clock()
+                confirmed += 1
+        if confirmed:
+            log.info("%d restored node(s) answered: back in the cluster", confirmed)
+            self.placement.resources_changed()
 
     async def GetNodes(self, request: pb.GetNodesRequest, context: grpc.aio.ServicerContext):
         nodes = self.state.nodes.values() if request.include_dead else self.state.live_nodes()
