@@ -123,6 +123,18 @@ class Tracker:
             inst = Instance(iid, ntype, launched)
             if iid in by_name:
                 inst.joined_at = now
+                if self.started:
+                    # Launched while we run, and at the head before its launch was recorded
+                    # here (a provider whose create returns after the node has joined).
+                    self._event(
+                        Event(
+                            now,
+                            "joined",
+                            f"node {iid} ({ntype}) joined after {max(0.0, now - launched):.1f}s",
+                            ntype,
+                            iid,
+                        )
+                    )
             self.instances[iid] = inst
             adopted += 1
         if adopted and not self.started:

@@ -164,3 +164,18 @@ def test_infeasible_shapes_are_reported_once() -> None:
     t.note_decision(_decision(), 300.0)
     t.note_decision(_decision(tpu), 301.0)
     assert [e.kind for e in t.take_events()] == ["infeasible"]
+
+
+def test_a_node_at_the_head_before_its_launch_was_recorded_still_joins() -> None:
+    # A provider whose create returns after the node joined: the next observation finds the
+    # node listed and at the head at once. It is ours (launched while running), so it
+    # joined, and says so; only the first observation after a start adopts silently.
+    t = Tracker(config())
+    t.launch_started("cpu2", 2, 100.0, "2 x {CPU: 2} queued")
+    t.observe(100.0, {}, [])
+    t.launch_done("cpu2", ["a"], 1, 101.0)
+    t.observe(101.0, {"a": TAGS}, [head("a")])
+    st = t.observe(102.5, {"a": TAGS, "b": TAGS}, [head("a"), head("b")])
+    assert states(st) == {"a": "running", "b": "running"}
+    joined = [e.message for e in t.take_events() if e.kind == "joined"]
+    assert joined == ["node a (cpu2) joined after 0.0s", "node b (cpu2) joined after 2.5s"]
