@@ -135,6 +135,20 @@ def test_second_registration_of_same_worker_is_refused() -> None:
     assert list(ns.idle) == [b"id001"]  # not queued twice
 
 
+def test_registration_retried_after_a_lost_reply_changes_nothing() -> None:
+    # The worker's RegisterWorker is retried when its reply is lost: the same process
+    # (pid, address) asks again, maybe after it was leased. It must not be killed (a
+    # max_restarts=0 actor placed on it died of SIGKILL under dropped replies).
+    ns = warm_node(prestart=1)
+    w = ns.workers[b"id001"]
+    pid, address = w.pid, w.address
+    assert ns.worker_registered(b"id001", pid, address) == []
+    assert list(ns.idle) == [b"id001"]  # not queued twice
+    g = only_grant(ask(ns, b"r1", CPU=1))
+    assert ns.worker_registered(b"id001", pid, address) == []
+    assert ns.workers[b"id001"].lease_id == g.lease.lease_id  # still leased, still alive
+
+
 # --------------------------------------------------------------------------- grants
 
 

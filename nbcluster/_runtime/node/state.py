@@ -194,6 +194,14 @@ class NodeState:
     def worker_registered(self, worker_id: bytes, pid: int, address: str) -> list[Instruction]:
         """A started worker is ready to take tasks."""
         w = self.workers.get(worker_id)
+        if (
+            w is not None
+            and w.state is not WorkerState.STARTING
+            and (w.pid, w.address) == (pid, address)
+        ):
+            # The same process asking again: its first reply was lost and the call retried.
+            # It is registered already (maybe leased since): nothing changes.
+            return []
         if w is None or w.state is not WorkerState.STARTING:
             return [KillWorker(worker_id, "unknown worker registered")]
         w.state, w.pid, w.address = WorkerState.IDLE, pid, address
