@@ -393,6 +393,9 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
 async def get_async(ref: ObjectRef) -> Any:
     """Await a ref's value from asyncio code (``await ref`` uses this)."""
     client = context.require_client()
+    getter = getattr(client, "get_async", None)
+    if getter is not None:
+        return await getter(ref)
     return await asyncio.wrap_future(client.as_future(ref))
 
 

@@ -23,7 +23,15 @@ from typing import Any, TypeVar
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import proc
-from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release, Waiter
+from nbcluster._runtime.core.ownership import (
+    PENDING,
+    READY,
+    CallbackWaiter,
+    Entry,
+    OwnershipTable,
+    Release,
+    Waiter,
+)
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
@@ -593,6 +601,43 @@ class CoreClient:
         (what ``get_runtime_context()`` reads); None outside one (overridden by workers)."""
         return None
 
+    async def get_async(self, ref: Any) -> Any:
+        """The ref's value, awaited on the caller's event loop (``await ref``).
+
+        No thread per await: a callback waiter on the object's entry wakes the awaiting
+        loop. Deserializing a stored object may need this client's I/O loop (a fetch from
+        another node), so that part runs in a thread, as does any wait on the I/O loop itself.
+        """
+        entry = self.ensure_tracked([ref])[0]
+        loop = asyncio.get_running_loop()
+        if loop is self.loop:  # never block the I/O loop on its own work
+            return await asyncio.wrap_future(self.as_future(ref))
+        if entry.state != READY:
+            ready: asyncio.Future[None] = loop.create_future()
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(_resolve_once, ready)
+
+            waiter = CallbackWaiter(wake)
+            with self.table.lock:
+                queued = entry.state != READY
+                if queued:
+                    if entry.waiters is None:
+                        entry.waiters = []
+                    entry.waiters.append(waiter)
+            if queued:
+                try:
+                    await ready
+                except BaseException:
+                    with self.table.lock:
+                        if entry.waiters:
+                            with contextlib.suppress(ValueError):
+                                entry.waiters.remove(waiter)
+                    raise
+        if entry.in_store and entry.exc is None and entry.buffer is None:
+            return await asyncio.to_thread(self.value_of, ref._id, entry)
+        return self.value_of(ref._id, entry)
+
     def as_future(self, ref: Any) -> concurrent.futures.Future[Any]:
         """A concurrent future resolved with the ref's value (or error)."""
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -843,3 +888,8 @@ def location_reply(object_id: bytes, entry: Entry) -> pb.ObjectStatusReply:
             owner_address=entry.owner,
         ),
     )
+
+
+def _resolve_once(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

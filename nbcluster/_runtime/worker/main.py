@@ -32,7 +32,7 @@ from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
-from nbcluster._runtime.serialization import deserialize, serialize
+from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
 from nbcluster._runtime.task_events import error_info
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
@@ -435,9 +435,15 @@ class Executor:
                     self._end_output(slot, stream)
             stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
 
-        self.actor_runner = lambda spec, stream: asyncio.run_coroutine_threadsafe(
-            run(spec, stream), loop
-        )
+        tasks: set[asyncio.Task[None]] = set()  # strong refs until each call ends
+
+        def spawn(spec: pb.TaskSpec, stream: _Stream) -> None:
+            task = loop.create_task(run(spec, stream))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        # one hand-off to the actor's loop per call (no concurrent future to complete)
+        self.actor_runner = lambda spec, stream: loop.call_soon_threadsafe(spawn, spec, stream)
 
     def _sync_wrapper(self, method: Any) -> Any:
         """Run a coroutine method to completion on the actor's loop (sync callers)."""
@@ -464,12 +470,21 @@ class Executor:
         _running.set(RunningTask(spec, self, in_async_actor=True))  # this asyncio task's
         try:
             method = actor_method(self.actor, spec.function_name)
-            args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
+            # Threads only where a call may block: mapping stored arguments, writing large
+            # returns to the store. Inline arguments and small returns stay on the loop
+            # (two thread hops cost more than a whole small call).
+            if any(loc.in_store for loc in spec.resolved_args):
+                args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
+            else:
+                args, kwargs = self.resolve_args(spec)
             result = method(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
-            values = self._split_returns(spec, result)
-            await asyncio.to_thread(self._store_returns, spec, values, reply)
+            returns = self._serialize_returns(spec, self._split_returns(spec, result))
+            if any(sv.total_size > self.client.config.max_inline_bytes for _, sv in returns):
+                await asyncio.to_thread(self._add_returns, returns, reply)
+            else:
+                self._add_returns(returns, reply)
         except BaseException as e:  # noqa: BLE001 - user code raised; report it
             err = exc.TaskError.from_exception(
                 e,
@@ -567,9 +582,14 @@ class Executor:
         return isinstance(error, tuple(allowed))
 
     def _store_returns(self, spec: pb.TaskSpec, values: list[Any], reply: pb.TaskReply) -> None:
+        self._add_returns(self._serialize_returns(spec, values), reply)
+
+    def _serialize_returns(
+        self, spec: pb.TaskSpec, values: list[Any]
+    ) -> list[tuple[bytes, SerializedValue]]:
         client = self.client
+        out = []
         for i, value in enumerate(values, start=1):
-            oid = spec.task_id + i.to_bytes(4, "big")
             try:
                 sv = serialize(value)
             except exc.SerializationError as e:
@@ -580,6 +600,15 @@ class Executor:
                 client.table.mark_escaped(
                     [r.binary() for r in sv.contained_refs if r.owner_address == client.address]
                 )
+            out.append((spec.task_id + i.to_bytes(4, "big"), sv))
+        return out
+
+    def _add_returns(
+        self, returns: list[tuple[bytes, SerializedValue]], reply: pb.TaskReply
+    ) -> None:
+        """Small values inline in the reply; larger ones written to the node's store."""
+        client = self.client
+        for oid, sv in returns:
             if sv.total_size <= client.config.max_inline_bytes:
                 reply.returns.add(object_id=oid, data=sv.to_bytes(), size=sv.total_size)
             else:
