@@ -7,7 +7,9 @@ connected driver (``nbcluster.init()``), except :func:`is_connected`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "task_lineage",
     "LineageNode",
     "ref_info",
+    "when_ready",
     "set_output_handler",
     "set_submit_context_provider",
     "set_interrupt_handler",
@@ -354,6 +357,28 @@ def owned_objects() -> list[ObjectInfo]:
     infos = [_object_info(oid, e) for oid, e in items]
     infos.sort(key=lambda i: i.size, reverse=True)
     return infos
+
+
+def when_ready(ref: ObjectRef, callback: Callable[[ObjectRef], None]) -> None:
+    """Call ``callback(ref)`` once ``ref`` is ready (its value or its error is here).
+
+    It runs at once when the ref is ready already, else on the runtime's I/O thread, at
+    the moment the answer arrives: it must only hand off (set an event or a future, or
+    ``loop.call_soon_threadsafe``), never block or ``get``. Libraries use it to learn of
+    answers without a thread or a poll per ref.
+    """
+    client: Any = context.require_client()
+    add = getattr(client, "add_ready_callback", None)
+    if add is not None:
+        add(ref, lambda: callback(ref))
+        return
+
+    def wait_then_call() -> None:  # client mode: the proxy holds the table; a thread waits
+        with contextlib.suppress(Exception):
+            client.wait([ref], 1, None)
+        callback(ref)
+
+    threading.Thread(target=wait_then_call, daemon=True, name="nbcluster-when-ready").start()
 
 
 def ref_info(ref: ObjectRef) -> ObjectInfo | None:

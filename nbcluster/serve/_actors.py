@@ -10,7 +10,6 @@ from typing import Any
 import nbcluster
 from nbcluster.exceptions import ActorDiedError, TaskError
 from nbcluster.serve._client import SERVE_NAMESPACE
-from nbcluster.serve._watch import value_future
 
 __all__ = ["await_ref", "error_text", "find_actor", "kill", "replica_actor_name"]
 
@@ -20,13 +19,16 @@ def replica_actor_name(app: str, deployment: str, replica_id: str) -> str:
     return f"SERVE_REPLICA::{app}#{deployment}#{replica_id}"
 
 
-async def await_ref(ref: Any, timeout: float | None = None, *, slow: bool = False) -> Any:
-    """The value of an actor call's ref, awaited without a thread per ref (``slow``: it is
-    expected to stay pending for long; see ``_watch``)."""
-    fut = asyncio.wrap_future(value_future(ref, slow=slow))
+async def await_ref(ref: Any, timeout: float | None = None) -> Any:
+    """The value of an actor call's ref, awaited on the running loop (the core wakes the
+    loop when the answer arrives: no thread per ref)."""
     if timeout is None:
-        return await fut
-    return await asyncio.wait_for(fut, timeout)
+        return await ref
+    return await asyncio.wait_for(_value(ref), timeout)
+
+
+async def _value(ref: Any) -> Any:
+    return await ref
 
 
 def find_actor(name: str) -> Any:

@@ -389,7 +389,7 @@ class ControllerCore:
     async def _watch_replica(self, key: Key, replica_id: str, handle: Any) -> None:
         """Returns when the replica's process is gone; a death of a live replica is replaced."""
         with contextlib.suppress(Exception):
-            await await_ref(handle.wait_until_stopped.remote(), slow=True)
+            await await_ref(handle.wait_until_stopped.remote())
         ds = self.deps.get(key)
         if ds is None or replica_id not in ds.replicas:
             return

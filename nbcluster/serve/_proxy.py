@@ -27,7 +27,6 @@ from nbcluster.serve._client import controller_handle
 from nbcluster.serve._handle import get_router
 from nbcluster.serve._router import Request, Router
 from nbcluster.serve._routing import match_route
-from nbcluster.serve._watch import value_future
 from nbcluster.serve.config import HTTPOptions
 from nbcluster.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
@@ -127,8 +126,7 @@ class ProxyActor:
             try:
                 controller = controller_handle()
                 ref = controller.listen_for_change.remote({"routes": self._known})
-                slow = self._known is not None  # the first answer comes at once
-                updates = await asyncio.wrap_future(value_future(ref, slow=slow))
+                updates = await ref
             except Exception:  # noqa: BLE001 - the controller is restarting
                 failures += 1
                 await asyncio.sleep(min(0.05 * failures, 1.0))

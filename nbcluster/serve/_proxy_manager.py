@@ -122,7 +122,7 @@ class ProxyManager:
 
     async def _watch(self, node_id: str, handle: Any) -> None:
         with contextlib.suppress(Exception):
-            await await_ref(handle.wait_until_stopped.remote(), slow=True)
+            await await_ref(handle.wait_until_stopped.remote())
         if not self.stopping and self.proxies.get(node_id, {}).get("handle") == handle:
             self.proxies.pop(node_id, None)
             self.due = True  # start it again now

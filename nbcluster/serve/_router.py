@@ -279,7 +279,7 @@ class Router:
             try:
                 ref = self._controller.listen_for_change.remote({key: self._known})
                 # The first answer comes at once; later ones only when something changes.
-                updates = value_future(ref, slow=self._known is not None).result()
+                updates = value_future(ref).result()
             except Exception:  # noqa: BLE001 - the controller is restarting or gone
                 failures += 1
                 if self._closed or not self._same_session():

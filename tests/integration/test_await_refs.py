@@ -125,3 +125,31 @@ def test_async_actor_with_inline_stored_and_borrowed_values(shared_cluster: Any)
         nbcluster.get(actor.raises.remote())
     assert nbcluster.get(actor.echo.remote("still alive")) == "still alive"
     nbcluster.kill(actor)
+
+
+def test_when_ready_calls_back_once_per_ref_without_polling(shared_cluster: Any) -> None:
+    from nbcluster.state import when_ready
+
+    calls: list[tuple[str, str]] = []
+    all_done = threading.Event()
+
+    def record(tag: str) -> Any:
+        def cb(ref: Any) -> None:
+            calls.append((tag, ref.hex()))
+            if len(calls) == 3:
+                all_done.set()
+
+        return cb
+
+    ready = nbcluster.put(1)
+    when_ready(ready, record("ready"))  # ready already: called at once, on this thread
+    assert calls == [("ready", ready.hex())]
+    pending = slow.remote(0.3)
+    failing = fail.remote()
+    when_ready(pending, record("pending"))
+    when_ready(failing, record("failing"))
+    assert all_done.wait(30), calls
+    assert sorted(t for t, _ in calls) == ["failing", "pending", "ready"]
+    assert nbcluster.get(pending) == "done"
+    with pytest.raises(nbcluster.exceptions.TaskError):
+        nbcluster.get(failing)

@@ -304,37 +304,33 @@ def test_importing_serve_imports_no_widget_or_http_library() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
-def test_watcher_fires_fast_and_slow_refs_and_wakes_for_either() -> None:
+def test_watcher_runs_callbacks_on_its_thread_when_the_core_says_ready() -> None:
     import threading
-    import time
 
     from nbcluster.serve._watch import Watcher
 
-    ready: set[str] = set()
-    fired: dict[str, float] = {}
+    subscribed: dict[str, object] = {}
+
+    def subscribe(ref: str, notify: object) -> None:  # the core's when_ready, faked
+        subscribed[ref] = notify
+
+    fired: list[tuple[str, str]] = []
     done = threading.Event()
-    w = Watcher(is_ready=lambda ref: ref in ready)
+    w = Watcher(subscribe=subscribe)
 
     def cb(ref: str) -> None:
-        fired[ref] = time.monotonic()
+        fired.append((ref, threading.current_thread().name))
         if len(fired) == 3:
             done.set()
 
-    w.watch("fast", cb)
-    ready.add("fast")
-    deadline = time.monotonic() + 5
-    while "fast" not in fired and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert "fast" in fired
-    # Nothing is pending: the watcher clears its wake-up event and sleeps until one comes
-    # (with no timeout: only a watch() wakes it).
-    deadline = time.monotonic() + 30
-    while w._wake.is_set() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert not w._wake.is_set()
-    w.watch("slow1", cb, slow=True)  # must wake it even so
-    ready.add("slow1")
-    w.watch("slow2", cb, slow=True)
-    ready.add("slow2")
-    assert done.wait(60), fired  # without the wake-up it would sleep for ever
+    w.watch("a", cb)
+    w.watch("a", cb)  # a second callback on the same ref: one subscription
+    w.watch("b", cb)
+    assert sorted(subscribed) == ["a", "b"] and w.pending() == 2
+    assert fired == []  # nothing runs before the core says so: no polling
+    threading.Thread(target=subscribed["a"], args=("a",)).start()  # from another thread
+    subscribed["b"]("b")
+    assert done.wait(30), fired
+    assert sorted(r for r, _ in fired) == ["a", "a", "b"]
+    assert {t for _, t in fired} == {"nbcluster-serve-watch"}
     assert w.pending() == 0

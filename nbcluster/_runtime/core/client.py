@@ -601,6 +601,23 @@ class CoreClient:
         (what ``get_runtime_context()`` reads); None outside one (overridden by workers)."""
         return None
 
+    def add_ready_callback(self, ref: Any, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once ``ref`` is ready (its value or its error is here).
+
+        It runs at once if the ref is ready already, else on the thread that makes it ready
+        (this client's I/O loop), possibly under the table's lock: it must only hand off
+        (set an event, ``call_soon_threadsafe``), never block or deserialize.
+        """
+        entry = self.ensure_tracked([ref])[0]
+        with self.table.lock:
+            queued = entry.state != READY
+            if queued:
+                if entry.waiters is None:
+                    entry.waiters = []
+                entry.waiters.append(CallbackWaiter(callback))
+        if not queued:
+            callback()
+
     async def get_async(self, ref: Any) -> Any:
         """The ref's value, awaited on the caller's event loop (``await ref``).
 
