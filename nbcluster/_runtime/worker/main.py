@@ -414,7 +414,12 @@ class Executor:
         self.actor_runner = lambda spec, stream: pool.submit(self._run_one, spec, stream)
 
     def _start_async_runner(self, concurrency: int) -> None:
-        loop = asyncio.new_event_loop()
+        try:
+            import uvloop
+
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
         self.actor_loop = loop
         threading.Thread(target=loop.run_forever, name="actor-loop", daemon=True).start()
         sem_holder: list[asyncio.Semaphore] = []
