@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -35,6 +36,9 @@ from nbcluster._runtime.protocol.rpc import Channels, pb
 from nbcluster._runtime.scheduling.policy import NodeView, fits, load
 
 log = logging.getLogger(__name__)
+
+#: Rounds of the channel's retry budget a creation call gets while its worker is alive.
+_CREATE_ATTEMPTS = 20
 
 
 def actor_info(rec: ActorRecord) -> pb.ActorInfo:
@@ -273,9 +277,7 @@ class ActorManager:
             spec.resources.update(rec.resources)
             spec.attempt = rec.num_restarts
             try:
-                result = await self.channels.stub(reply.worker_address, "core").CreateActor(
-                    spec, timeout=None
-                )
+                result = await self._create(actor_id, reply, spec)
             except RpcError as err:
                 log.info("actor %s creation call failed: %s", actor_id.hex()[:8], err.code().name)
                 # The worker died while running __init__. The node's death report may already
@@ -298,6 +300,28 @@ class ActorManager:
             else:
                 self.apply(self.table.created(actor_id, self.clock()))
             return
+
+    async def _create(self, actor_id: bytes, lease: pb.LeaseReply, spec: pb.TaskSpec) -> Any:
+        """Run the creation task on the leased worker; ask again while the worker lives.
+
+        The worker's ``CreateActor`` is idempotent (one ``__init__`` however often it is
+        asked), so a call that failed UNAVAILABLE (lost requests or replies beyond the
+        channel's retry budget) is repeated as long as no death report took the worker
+        from the actor; a worker that really died is reported by its node, and then the
+        error goes to the caller, which decides on a restart.
+        """
+        stub = self.channels.stub(lease.worker_address, "core")
+        for attempt in itertools.count(1):
+            try:
+                return await stub.CreateActor(spec, timeout=None)
+            except RpcError as err:
+                rec = self.table.actors.get(actor_id)
+                ours = rec is not None and rec.state != DEAD and rec.worker_id == lease.worker_id
+                if not is_unavailable(err) or not ours or attempt >= _CREATE_ATTEMPTS:
+                    raise
+                log.info("actor %s: creation call unanswered; asking again", actor_id.hex()[:8])
+                await asyncio.sleep(min(0.05 * attempt, 1.0))
+        raise AssertionError("unreachable")
 
     async def _lease(self, rec: ActorRecord, address: str) -> pb.LeaseReply | None:
         hops = 0
