@@ -349,3 +349,18 @@ def test_random_workload_keeps_the_books_balanced() -> None:
     assert st.restored_bytes > 0 and st.num_restored == restores
     assert st.num_spilled_total >= n - 10  # most objects were spilled at least once
     assert restores <= 1000  # at most one restore per read: no thrashing loops
+
+
+def test_owned_by_lists_an_owners_objects_in_memory_and_spilled() -> None:
+    s = StoreState(100 * MiB)
+    put(s, 1, 40 * MiB, owner="worker-a")
+    put(s, 2, 40 * MiB, owner="driver")
+    put(s, 3, 40 * MiB, owner="worker-a")  # spills 1 (least recently used)
+    assert s.location(oid(1)) is Location.SPILLED
+    assert sorted(s.owned_by("worker-a")) == [oid(1), oid(3)]
+    assert s.owned_by("nobody") == []
+    freed = s.free(s.owned_by("worker-a"))
+    assert sorted(freed) == [(oid(1), Location.SPILLED), (oid(3), Location.MEMORY)]
+    st = s.stats()
+    assert st.used == 40 * MiB and st.spilled_bytes == 0 and st.num_objects == 1
+    assert s.owned_by("driver") == [oid(2)]

@@ -364,13 +364,19 @@ class CoreClient:
             )
         return oid, entry
 
-    def write_to_store(self, object_id: bytes, sv: SerializedValue) -> None:
-        """Reserve room in the local node's store, write the object, and seal it."""
+    def write_to_store(self, object_id: bytes, sv: SerializedValue, owner: str = "") -> None:
+        """Reserve room in the local node's store, write the object, and seal it.
+
+        ``owner``: the address of the object's owner (a task's return belongs to the task's
+        caller, not to the worker writing it); this process by default. The node frees an
+        owner's objects when it dies.
+        """
+        owner_address = owner or self.address
         try:
             self.run(
                 lambda: self.node().CreateObject(
                     pb.CreateObjectRequest(
-                        object_id=object_id, size=sv.total_size, owner_address=self.address
+                        object_id=object_id, size=sv.total_size, owner_address=owner_address
                     ),
                     timeout=60,
                 )

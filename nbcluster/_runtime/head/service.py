@@ -23,6 +23,7 @@ from nbcluster._runtime.head.events import EventPublisher, Snapshot, node_key
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
+from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 
 log = logging.getLogger(__name__)
@@ -437,6 +438,11 @@ class HeadService(pb_grpc.HeadServicer):
             self.events.job_changed(job)
             self.actors.job_finished(job_id)
             self.placement.job_finished(job_id)
+            shared = any(
+                j.alive and j.driver_address == job.driver_address for j in self.state.jobs.values()
+            )  # client mode: one proxy drives the jobs of several clients
+            if not shared:
+                self.owner_gone(job.driver_address)
 
     # -- actors -------------------------------------------------------------------------
     async def RegisterActor(
@@ -460,7 +466,25 @@ class HeadService(pb_grpc.HeadServicer):
         self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext
     ):
         self.actors.worker_died(request)
+        # Its node freed what it owned there; the copies elsewhere go too.
+        self.owner_gone(request.worker_address, skip_node=request.node_id)
         return pb.Empty()
+
+    def owner_gone(self, address: str, skip_node: bytes = b"") -> None:
+        """An owner (a worker or a driver) died: every live node frees the objects it owned,
+        spilled ones included (an owner's objects die with it, as in Ray)."""
+        if not address:
+            return
+        loop = asyncio.get_running_loop()
+        for node in self.state.nodes.values():
+            if node.alive and node.node_id != skip_node:
+                loop.create_task(self._free_owned(node.address, address))
+
+    async def _free_owned(self, node_address: str, owner: str) -> None:
+        with contextlib.suppress(RpcError):
+            await self.channels.stub(node_address, "node").FreeOwnedObjects(
+                pb.OwnerRef(owner_address=owner), timeout=10
+            )
 
     # -- placement groups ------------------------------------------------------------------
     async def CreatePlacementGroup(

@@ -310,6 +310,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         The report is retried until the head acknowledges it: a death missed while the
         head was restarting would leave an actor marked alive, or an owner's actors running.
         """
+        self.objects.free_owned_by(address)  # the head frees its objects on the other nodes
         report = pb.WorkerDeathReport(
             node_id=self.state.node_id, worker_id=worker_id, worker_address=address, detail=detail
         )
@@ -449,6 +450,10 @@ class NodeService(pb_grpc.NodeManagerServicer):
             if request.worker_id not in self.workers.procs or time.monotonic() > deadline:
                 return pb.WorkerExitInfo(found=request.worker_id in self.workers.procs)
             await asyncio.sleep(0.02)
+
+    async def FreeOwnedObjects(self, request: pb.OwnerRef, context: grpc.aio.ServicerContext):
+        self.objects.free_owned_by(request.owner_address)
+        return pb.Empty()
 
     async def KillWorker(self, request: pb.WorkerRef, context: grpc.aio.ServicerContext):
         assert self.workers is not None

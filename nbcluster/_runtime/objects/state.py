@@ -338,6 +338,10 @@ class StoreState:
                 size += e.size
         return n, size
 
+    def owned_by(self, owner: str) -> list[bytes]:
+        """Every object ``owner`` owns here (primary or copy, in memory or spilled)."""
+        return [oid for oid, e in self._entries.items() if e.owner == owner]
+
     def object_ids(self) -> list[bytes]:
         """Ids of every object the store accounts for (in memory, spilled, or in flight)."""
         return list(self._entries)

@@ -487,9 +487,9 @@ class Executor:
                 result = await result
             returns = self._serialize_returns(spec, self._split_returns(spec, result))
             if any(sv.total_size > self.client.config.max_inline_bytes for _, sv in returns):
-                await asyncio.to_thread(self._add_returns, returns, reply)
+                await asyncio.to_thread(self._add_returns, returns, reply, spec.owner_address)
             else:
-                self._add_returns(returns, reply)
+                self._add_returns(returns, reply, spec.owner_address)
         except BaseException as e:  # noqa: BLE001 - user code raised; report it
             err = exc.TaskError.from_exception(
                 e,
@@ -587,7 +587,7 @@ class Executor:
         return isinstance(error, tuple(allowed))
 
     def _store_returns(self, spec: pb.TaskSpec, values: list[Any], reply: pb.TaskReply) -> None:
-        self._add_returns(self._serialize_returns(spec, values), reply)
+        self._add_returns(self._serialize_returns(spec, values), reply, spec.owner_address)
 
     def _serialize_returns(
         self, spec: pb.TaskSpec, values: list[Any]
@@ -609,15 +609,16 @@ class Executor:
         return out
 
     def _add_returns(
-        self, returns: list[tuple[bytes, SerializedValue]], reply: pb.TaskReply
+        self, returns: list[tuple[bytes, SerializedValue]], reply: pb.TaskReply, owner: str
     ) -> None:
-        """Small values inline in the reply; larger ones written to the node's store."""
+        """Small values inline in the reply; larger ones written to the node's store, owned
+        by ``owner`` (the caller)."""
         client = self.client
         for oid, sv in returns:
             if sv.total_size <= client.config.max_inline_bytes:
                 reply.returns.add(object_id=oid, data=sv.to_bytes(), size=sv.total_size)
             else:
-                client.write_to_store(oid, sv)
+                client.write_to_store(oid, sv, owner)
                 reply.returns.add(
                     object_id=oid,
                     in_store=True,

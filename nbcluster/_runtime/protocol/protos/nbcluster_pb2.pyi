@@ -621,6 +621,12 @@ class LeaseReply(_message.Message):
     node_id: bytes
     def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., worker_pid: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., spill_address: _Optional[str] = ..., message: _Optional[str] = ..., node_id: _Optional[bytes] = ...) -> None: ...
 
+class OwnerRef(_message.Message):
+    __slots__ = ("owner_address",)
+    OWNER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    owner_address: str
+    def __init__(self, owner_address: _Optional[str] = ...) -> None: ...
+
 class ReturnLeaseRequest(_message.Message):
     __slots__ = ("lease_id", "worker_failed")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -1327,6 +1327,11 @@ class NodeManagerStub:
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerRef.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
                 _registered_method=True)
+        self.FreeOwnedObjects = channel.unary_unary(
+                '/nbcluster.NodeManager/FreeOwnedObjects',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.OwnerRef.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                _registered_method=True)
         self.GetNodeStats = channel.unary_unary(
                 '/nbcluster.NodeManager/GetNodeStats',
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
@@ -1439,6 +1444,14 @@ class NodeManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FreeOwnedObjects(self, request, context):
+        """An owner (worker or driver) died: free every object it owned in this node's store,
+        spilled copies included (its objects die with it). Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetNodeStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1544,6 +1557,11 @@ def add_NodeManagerServicer_to_server(servicer, server):
             'KillWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.KillWorker,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerRef.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            ),
+            'FreeOwnedObjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.FreeOwnedObjects,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.OwnerRef.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
             ),
             'GetNodeStats': grpc.unary_unary_rpc_method_handler(
@@ -1905,6 +1923,33 @@ class NodeManager:
             target,
             '/nbcluster.NodeManager/KillWorker',
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.WorkerRef.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FreeOwnedObjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.NodeManager/FreeOwnedObjects',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.OwnerRef.SerializeToString,
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
             options,
             channel_credentials,
