@@ -317,6 +317,7 @@ class HeadService(pb_grpc.HeadServicer):
         if node is not None:
             self.store.put_node(node)
         self.events.node_died(node)
+        self.state.live_tasks.node_died(node_id)
         self.actors.node_died(node_id, reason)
         self.placement.resources_changed()
 
@@ -433,6 +434,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.drivers.job_finished(job_id)
         job = self.state.finish_job(job_id, self.clock())
         if job is not None:
+            self.state.live_tasks.owner_gone(job.driver_address)
             self.store.put_job(job)
             self.events.job_changed(job)
             self.actors.job_finished(job_id)
@@ -460,6 +462,7 @@ class HeadService(pb_grpc.HeadServicer):
         self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext
     ):
         self.actors.worker_died(request)
+        self.state.live_tasks.worker_died(request.worker_id, request.worker_address)
         return pb.Empty()
 
     # -- placement groups ------------------------------------------------------------------
@@ -493,8 +496,8 @@ class HeadService(pb_grpc.HeadServicer):
     async def ReportTaskEvents(
         self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext
     ):
-        self.state.add_task_events(request.events)
-        self.events.tasks(request.events)
+        ended = self.state.add_task_events(request.events)
+        self.events.tasks(ended)  # the stream carries finished attempts (RUNNING is polled)
         return pb.Empty()
 
     async def GetTaskEvents(
