@@ -91,6 +91,12 @@ def poll(predicate: Any, message: str = "") -> Any:
 
 
 def test_a_waiting_task_is_running_then_finished(driver: Any, tmp_path: Path) -> None:
+    streamed: list[Any] = []  # the head's task event stream (what the widgets consume)
+    sub = nbcluster.state.subscribe_events(
+        lambda batch: streamed.extend(e.data for e in batch.events if e.kind == "task"),
+        kinds=("task",),
+    )
+    assert sub.wait_ready(10)  # its (empty) snapshot came: subscribed
     go = str(tmp_path / "go")
     ref = hold.remote(go, 1)
     task_id = ref.task_id().hex()
@@ -110,6 +116,10 @@ def test_a_waiting_task_is_running_then_finished(driver: Any, tmp_path: Path) ->
     assert nbcluster.get(ref, timeout=60) == 1
     poll(lambda: state.get_task(task_id).state == "FINISHED")
     assert [t.state for t in tasks_of("hold") if t.task_id == task_id] == ["FINISHED"]
+    # the stream still carries finished attempts only: RUNNING rows are polled, not pushed
+    poll(lambda: any(e.task_id == task_id for e in streamed))
+    sub.close()
+    assert [e.state for e in streamed if e.task_id == task_id] == ["FINISHED"]
 
 
 def test_a_killed_workers_task_ends_failed_not_running(driver: Any, tmp_path: Path) -> None:
