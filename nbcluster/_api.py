@@ -108,7 +108,7 @@ def init(
         runtime_env_driver.check_job_env(runtime_env)  # issue 17: bad input fails first
         address = address or os.environ.get("NBCLUSTER_ADDRESS") or None
         if address is not None and address.startswith("nbcluster://"):
-            return _connect_client(address, config)
+            return _connect_client(address, config, runtime_env)
         cluster: LocalCluster | None = None
         if address is None:
             cluster = LocalCluster(
@@ -156,13 +156,23 @@ def init(
         return client.info  # type: ignore[attr-defined, no-any-return]
 
 
-def _connect_client(address: str, config: Config) -> ClusterInfo:
-    """Client mode: every call goes through the head to a proxy driver on the head's host."""
+def _connect_client(
+    address: str, config: Config, runtime_env: dict[str, Any] | None = None
+) -> ClusterInfo:
+    """Client mode: every call goes through the head to a proxy driver on the head's host.
+
+    ``runtime_env`` is resolved here, as Ray Client does: a local ``working_dir`` or
+    ``py_modules`` is packed and uploaded to the head from this machine; every task and
+    actor this client submits runs in it (merged with the call's own, Ray's rules).
+    """
     from nbcluster._runtime.proxy.client import ProxyClient
 
     head_address, token, _ = _resolve_address(address, config)
+    env_json = runtime_env_driver.resolve_job_env(head_address, token, config.temp_dir, runtime_env)
     client = ProxyClient(head_address, token, config.head_grace_period_s)
+    client.config = config
     reply = client.connect()
+    runtime_env_driver.set_job_env(client, env_json)
     client.info = ClusterInfo(  # type: ignore[assignment]
         address=head_address,
         session_dir=reply.get("session_dir", ""),

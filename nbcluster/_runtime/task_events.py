@@ -5,6 +5,10 @@ for a failure). An attempt whose worker died never reports, so its *owner* recor
 (:func:`record_crashed_attempt`), with the cause the node gave for the worker's death; the
 records are batched to the head on the owner's I/O loop. ``nbcluster list tasks`` then
 shows a killed worker's task as FAILED with its cause.
+
+A worker also keeps its attempts that are running (:class:`RunningAttempts`) and reports
+``RUNNING`` for those still running when it next flushes its events, once per attempt: a
+short task reports only its end, so the hot path pays one dict insert and pop.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 
-__all__ = ["error_info", "record_crashed_attempt"]
+__all__ = ["RunningAttempts", "error_info", "record_crashed_attempt"]
 
 FLUSH_S = 0.5
 _MAX_MESSAGE = 2000
@@ -37,6 +41,50 @@ def error_info(error: BaseException) -> tuple[str, str]:
             text += f"\n{tb}"
         return "TASK_EXECUTION_EXCEPTION", text[:_MAX_MESSAGE]
     return "TASK_EXECUTION_EXCEPTION", f"{type(error).__name__}: {error}"[:_MAX_MESSAGE]
+
+
+class RunningAttempts:
+    """The attempts running in one worker (call under the lock that guards its events)."""
+
+    def __init__(self) -> None:
+        self._live: dict[bytes, tuple[pb.TaskSpec, float]] = {}
+        self._reported: set[bytes] = set()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def started(self, spec: pb.TaskSpec, start_time: float) -> None:
+        """An attempt began running."""
+        self._live[spec.task_id] = (spec, start_time)
+
+    def ended(self, task_id: bytes) -> None:
+        """An attempt ended (its FINISHED/FAILED event is recorded in the same step)."""
+        if self._live.pop(task_id, None) is not None and self._reported:
+            self._reported.discard(task_id)
+
+    def due(self, node_id: bytes, worker_id: bytes, pid: int) -> list[pb.TaskEvent]:
+        """``RUNNING`` events for the attempts running now and not reported yet."""
+        out = []
+        for task_id, (spec, start) in self._live.items():
+            if task_id in self._reported:
+                continue
+            self._reported.add(task_id)
+            out.append(
+                pb.TaskEvent(
+                    task_id=task_id,
+                    job_id=spec.job_id,
+                    name=spec.function_name,
+                    node_id=node_id,
+                    worker_id=worker_id,
+                    worker_pid=pid,
+                    state="RUNNING",
+                    start_time=start,
+                    parent_task_id=spec.parent_task_id,
+                    attempt=spec.attempt,
+                    actor_id=spec.actor_id,
+                )
+            )
+        return out
 
 
 class _Buffer:

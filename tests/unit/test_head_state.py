@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeDied, NodeRecord
+from nbcluster._runtime.protocol.rpc import pb
 
 TIMEOUT = 30.0
 
@@ -226,14 +227,18 @@ def test_kv_keys_sorted_by_prefix(head: HeadState) -> None:
 # --------------------------------------------------------------------------- task events
 
 
+def _finished(numbers: range) -> list[pb.TaskEvent]:
+    return [pb.TaskEvent(task_id=b"t", attempt=i, state="FINISHED") for i in numbers]
+
+
 def test_task_events_ring_is_bounded_and_counts_drops(head: HeadState) -> None:
-    head.add_task_events(range(3))
-    assert list(head.task_events) == [0, 1, 2]
+    head.add_task_events(_finished(range(3)))
+    assert [e.attempt for e in head.task_events] == [0, 1, 2]
     assert head.dropped_events == 0
-    head.add_task_events(iter(range(3, 5)))  # exactly full
+    head.add_task_events(iter(_finished(range(3, 5))))  # exactly full
     assert head.dropped_events == 0
-    head.add_task_events(range(5, 12))
-    assert list(head.task_events) == [7, 8, 9, 10, 11]  # oldest dropped first
+    head.add_task_events(_finished(range(5, 12)))
+    assert [e.attempt for e in head.task_events] == [7, 8, 9, 10, 11]  # oldest dropped first
     assert head.dropped_events == 7
     head.add_task_events([])
     assert head.dropped_events == 7

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry
+from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import serialize
@@ -150,6 +151,7 @@ class Submitter:
         self.node_watch_hold = 0.0  # keep watching until this time (monotonic) at least
         self.dead_nodes: set[bytes] = set()
         self.fn_avg: dict[bytes, float] = {}  # average run time per function
+        self.pending_report = PendingReporter(client)  # issue 17: list_tasks sees waiting tasks
 
     # -- from user threads ------------------------------------------------------------------
     def submit(self, rec: TaskRecord) -> None:
@@ -173,13 +175,16 @@ class Submitter:
             self._inbox.clear()
             self._inbox_scheduled = False
         touched: set[tuple[Any, ...]] = set()
+        now = time.monotonic()
         for rec in batch:
+            rec.submitted_at = now
             self.tasks[rec.task_id] = rec
             if rec.actor:  # its place in the actor's queue is fixed now, in call order
                 self.client.actor_submitter.enqueue(rec)
             self._resolve_deps(rec, touched)
         for key in touched:
             self._pump(self.keys[key])
+        self.pending_report.wake()
 
     def _resolve_deps(self, rec: TaskRecord, touched: set[tuple[Any, ...]]) -> None:
         table = self.client.table

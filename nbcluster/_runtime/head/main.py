@@ -18,6 +18,7 @@ from nbcluster._runtime.head.job_service import make_job_service
 from nbcluster._runtime.head.relay import ClientRelay
 from nbcluster._runtime.head.service import HeadService, HeadStore
 from nbcluster._runtime.head.state import HeadState
+from nbcluster._runtime.head.task_state_service import TaskStateService
 from nbcluster._runtime.protocol.protos import health_pb2_grpc as hpb_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
@@ -52,6 +53,7 @@ async def serve(args: argparse.Namespace) -> None:
     server = make_server(token, max_message_bytes=config.rpc_max_message_bytes)
     pb_grpc.add_HeadServicer_to_server(service, server)
     service.events.register(server)
+    TaskStateService(state.live_tasks).register(server)  # list_tasks: RUNNING and pending
     autoscaling = AutoscalingService(state, service.placement, token, store.kv_put)
     autoscaling.register(server)
     autoscaling.on_change = service.events.autoscaler_changed

@@ -318,6 +318,7 @@ class HeadService(pb_grpc.HeadServicer):
         if node is not None:
             self.store.put_node(node)
         self.events.node_died(node)
+        self.state.live_tasks.node_died(node_id)
         self.actors.node_died(node_id, reason)
         self.placement.resources_changed()
 
@@ -434,6 +435,7 @@ class HeadService(pb_grpc.HeadServicer):
         self.drivers.job_finished(job_id)
         job = self.state.finish_job(job_id, self.clock())
         if job is not None:
+            self.state.live_tasks.owner_gone(job.driver_address)
             self.store.put_job(job)
             self.events.job_changed(job)
             self.actors.job_finished(job_id)
@@ -466,6 +468,7 @@ class HeadService(pb_grpc.HeadServicer):
         self, request: pb.WorkerDeathReport, context: grpc.aio.ServicerContext
     ):
         self.actors.worker_died(request)
+        self.state.live_tasks.worker_died(request.worker_id, request.worker_address)
         # Its node freed what it owned there; the copies elsewhere go too.
         self.owner_gone(request.worker_address, skip_node=request.node_id)
         return pb.Empty()
@@ -517,8 +520,8 @@ class HeadService(pb_grpc.HeadServicer):
     async def ReportTaskEvents(
         self, request: pb.TaskEventsRequest, context: grpc.aio.ServicerContext
     ):
-        self.state.add_task_events(request.events)
-        self.events.tasks(request.events)
+        ended = self.state.add_task_events(request.events)
+        self.events.tasks(ended)  # the stream carries finished attempts (RUNNING is polled)
         return pb.Empty()
 
     async def GetTaskEvents(

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from nbcluster._runtime.head.live_tasks import LiveTasks
+
 
 @dataclasses.dataclass
 class NodeRecord:
@@ -79,6 +81,7 @@ class HeadState:
         self.kv: dict[tuple[str, bytes], bytes] = {}
         self.task_events: collections.deque[Any] = collections.deque(maxlen=task_events_capacity)
         self.dropped_events = 0
+        self.live_tasks = LiveTasks()  # running attempts and owners' pending tasks
 
     # -- nodes -------------------------------------------------------------------------
     def register_node(self, record: NodeRecord) -> None:
@@ -224,9 +227,12 @@ class HeadState:
         return sorted(k for (n, k) in self.kv if n == ns and k.startswith(prefix))
 
     # -- task events -----------------------------------------------------------------------
-    def add_task_events(self, events: Iterable[Any]) -> None:
-        """Append to the bounded ring of task events (oldest dropped first)."""
-        for ev in events:
+    def add_task_events(self, events: Iterable[Any]) -> list[Any]:
+        """Append finished attempts to the bounded ring (oldest dropped first); ``RUNNING``
+        ones go to :attr:`live_tasks` instead. Return the finished ones."""
+        ended = self.live_tasks.report(events)
+        for ev in ended:
             if len(self.task_events) == self.task_events.maxlen:
                 self.dropped_events += 1
             self.task_events.append(ev)
+        return ended

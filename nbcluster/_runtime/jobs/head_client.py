@@ -19,6 +19,8 @@ from nbcluster import exceptions as exc
 from nbcluster._runtime.protocol.errors import Peer, to_exception
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
+from nbcluster._runtime.protocol.protos import task_state_pb2 as tspb
+from nbcluster._runtime.protocol.protos import task_state_pb2_grpc as tspb_grpc
 from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb, pb_grpc
 
 __all__ = ["CHUNK_BYTES", "HeadJobsClient", "jpb"]
@@ -37,6 +39,7 @@ class HeadJobsClient:
         self._md = auth_metadata(token)
         self._jobs = jpb_grpc.JobServiceStub(self._channel)
         self._head = pb_grpc.HeadStub(self._channel)
+        self._task_state = tspb_grpc.TaskStateStub(self._channel)
 
     def close(self) -> None:
         """Close the channel."""
@@ -212,6 +215,13 @@ class HeadJobsClient:
             pb.GetTaskEventsRequest(job_id=job_id, limit=limit),
         )
         return list(reply.events), int(reply.dropped)
+
+    def live_tasks(self, job_id: bytes = b"") -> tuple[list[pb.TaskEvent], int]:
+        """Running attempts and waiting tasks, and how many waiting ones were not listed."""
+        reply = self._call(
+            "GetLiveTasks", self._task_state.GetLiveTasks, tspb.LiveTasksRequest(job_id=job_id)
+        )
+        return list(reply.tasks), int(reply.not_listed)
 
     def workers(self) -> list[jpb.WorkerState]:
         """Worker processes of every live node."""

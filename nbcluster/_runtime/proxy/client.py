@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -21,6 +22,9 @@ import grpc
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb, pb_grpc
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
+from nbcluster._runtime.runtime_env import spec as runtime_env_spec
+from nbcluster._runtime.runtime_env.options import FrozenRuntimeEnv
 
 CLIENT_OWNER = "client-proxy"
 POLL_S = 1.0
@@ -50,6 +54,7 @@ class ProxyClient:
         self.submit_context = None
         self.namespace = ""
         self.current_task_id = b""
+        self.config: Any = None  # set by init(): runtime_env uploads read its temp_dir
 
     def running_task(self) -> None:
         """A Ray-client driver runs no task."""
@@ -161,12 +166,22 @@ class ProxyClient:
     def submit_task(
         self, function: Any, opts: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        return self.call("task", (cloudpickle.dumps(function), opts, args, kwargs))
+        return self.call("task", (cloudpickle.dumps(function), self._in_env(opts), args, kwargs))
 
     def create_actor(
         self, cls: type, opts: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        return self.call("actor_create", (cloudpickle.dumps(cls), opts, args, kwargs))
+        return self.call("actor_create", (cloudpickle.dumps(cls), self._in_env(opts), args, kwargs))
+
+    def _in_env(self, opts: Any) -> Any:
+        """``opts`` with the environment the call runs in: ``init()``'s, inherited by the
+        call's own, resolved here (a local ``working_dir`` is uploaded from this machine, not
+        looked up on the proxy's). The proxy's own environment is empty, so it adds nothing."""
+        env_json = runtime_env_driver.for_submit(self, opts.runtime_env)
+        if not env_json:
+            return opts
+        env = FrozenRuntimeEnv(runtime_env_spec.from_json(env_json))
+        return dataclasses.replace(opts, runtime_env=env)
 
     def actor_call(
         self, handle: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], n: int

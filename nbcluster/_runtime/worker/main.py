@@ -33,7 +33,7 @@ from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
-from nbcluster._runtime.task_events import error_info
+from nbcluster._runtime.task_events import RunningAttempts, error_info
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
@@ -202,6 +202,7 @@ class Executor:
         self.events: list[pb.TaskEvent] = []
         self.events_lock = threading.Lock()
         self.events_ready = Wakeup()
+        self.live = RunningAttempts()  # reported RUNNING if still running at the next flush
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
         self.output = OutputCapture()
@@ -473,6 +474,7 @@ class Executor:
             node_id=self.client.node_id,
         )
         _running.set(RunningTask(spec, self, in_async_actor=True))  # this asyncio task's
+        self._started(spec, reply.start_time)
         try:
             method = actor_method(self.actor, spec.function_name)
             # Threads only where a call may block: mapping stored arguments, writing large
@@ -530,6 +532,7 @@ class Executor:
             node_id=client.node_id,
         )
         name = spec.function_name
+        self._started(spec, start)
         client.current_task_id = spec.task_id
         token = _running.set(RunningTask(spec, self, in_async_actor=False))
         if spec.actor_id:
@@ -640,6 +643,11 @@ class Executor:
                 object_id=spec.task_id + i.to_bytes(4, "big"), data=data, size=len(data)
             )
 
+    def _started(self, spec: pb.TaskSpec, start: float) -> None:
+        with self.events_lock:
+            self.live.started(spec, start)
+        self.events_ready.set()  # the flush a second from now reports it if still running
+
     def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
         ev = pb.TaskEvent(
             task_id=spec.task_id,
@@ -659,6 +667,7 @@ class Executor:
             ev.error_type, ev.error_message = self.last_error
         with self.events_lock:
             self.events.append(ev)
+            self.live.ended(spec.task_id)
         self.events_ready.set()
 
 
@@ -690,6 +699,8 @@ async def _flush_events(client: CoreClient, executor: Executor) -> None:
         await asyncio.sleep(1.0)  # batch the events of a second
         with executor.events_lock:
             events, executor.events = executor.events, []
+            if len(executor.live):  # issue 17: attempts still running now are RUNNING
+                events[:0] = executor.live.due(client.node_id, client.worker_id, os.getpid())
         if events:
             with contextlib.suppress(RpcError):
                 await client.head().ReportTaskEvents(

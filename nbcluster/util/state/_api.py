@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -134,12 +135,28 @@ def _actor(a: Any) -> ActorState:
     )
 
 
+# How far along an attempt is (Ray's TaskStatus names): of two records of one attempt
+# (the owner's snapshot may lag the worker's report), the one further along wins.
+_STATE_RANK = {
+    "PENDING_ARGS_AVAIL": 0,
+    "PENDING_NODE_ASSIGNMENT": 0,
+    "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY": 0,
+    "SUBMITTED_TO_WORKER": 1,
+    "RUNNING": 2,
+}
+_LAST = 2**62  # live attempts sort after the finished ones
+
+
+def _progress(e: Any) -> tuple[int, float]:
+    return (_STATE_RANK.get(e.state, 3), e.end_time or e.start_time)
+
+
 def _tasks(events: Iterable[Any]) -> list[TaskState]:
     latest: dict[tuple[bytes, int], Any] = {}
     for e in events:
         key = (e.task_id, e.attempt)
         prev = latest.get(key)
-        if prev is None or (e.end_time or e.start_time) >= (prev.end_time or prev.start_time):
+        if prev is None or _progress(e) >= _progress(prev):
             latest[key] = e
     out = []
     for e in latest.values():
@@ -163,8 +180,20 @@ def _tasks(events: Iterable[Any]) -> list[TaskState]:
                 end_time_ms=_ms(e.end_time),
             )
         )
-    out.sort(key=lambda t: (t.end_time_ms or t.start_time_ms or 0, t.attempt_number))
+    out.sort(key=lambda t: (t.end_time_ms or t.start_time_ms or _LAST, t.attempt_number))
     return out
+
+
+def _all_tasks(head: HeadJobsClient) -> list[TaskState]:
+    finished, _ = head.task_events()
+    live, not_listed = head.live_tasks()
+    if not_listed:
+        warnings.warn(
+            f"{not_listed} waiting task(s) are not listed: an owner reports its "
+            "1000 oldest waiting tasks only",
+            stacklevel=4,
+        )
+    return _tasks([*finished, *live])
 
 
 def _nodes(nodes: Sequence[Any], head_address: str) -> list[NodeState]:
@@ -314,9 +343,15 @@ def list_tasks(
     detail: bool = False,
     raise_on_missing_output: bool = True,
 ) -> list[TaskState]:
-    """Task attempts the head recorded, oldest first: finished, failed (with the cause) —
-    also attempts whose worker was killed, which their owner records."""
-    tasks = _with_head(address, timeout, lambda h: _tasks(h.task_events()[0]))
+    """Task attempts, finished ones first (oldest first), then live ones.
+
+    ``state`` is Ray's: ``FINISHED``, ``FAILED`` (with the cause, also for an attempt whose
+    worker was killed, which its owner records), ``RUNNING`` (an attempt still running when
+    its worker reports, once a second), and for tasks that have waited more than a second
+    ``PENDING_ARGS_AVAIL``, ``PENDING_NODE_ASSIGNMENT``,
+    ``PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY`` or ``SUBMITTED_TO_WORKER``.
+    """
+    tasks = _with_head(address, timeout, _all_tasks)
     return _select(tasks, TaskState, filters, limit, detail)
 
 

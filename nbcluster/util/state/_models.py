@@ -68,7 +68,7 @@ class TaskState(StateRecord):
     task_id: str
     attempt_number: int
     name: str
-    state: str  # RUNNING, FINISHED, FAILED
+    state: str  # FINISHED, FAILED, RUNNING, SUBMITTED_TO_WORKER, PENDING_* (Ray's names)
     job_id: str
     actor_id: str | None
     type: str  # NORMAL_TASK, ACTOR_TASK
