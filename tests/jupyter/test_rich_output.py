@@ -4,7 +4,7 @@ A task calls ``IPython.display.display`` on an HTML object and on a PNG image (a
 actor uses ``nbcluster.util.display``, which needs no IPython on the worker): the mime
 bundles land in the submitting cell's log area, in order with what the task printed and
 with their mime types; with ``%cluster output stream`` they are ``display_data`` messages
-under the submitting cell.
+under the submitting cell. A nested task's displays reach the cell too.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ def show(i):
     display(Image(data=PNG))
     print("after", i)
     return i
+
+@nbcluster.remote(num_cpus=0)
+def outer():
+    return nbcluster.get(show.remote(3))
 
 @nbcluster.remote
 class Reporter:
@@ -92,6 +96,20 @@ def test_display_in_a_task_lands_in_the_cells_log_area_as_rich_output(kernel: An
     assert bundle is not None
     assert bundle["data"] == {"text/html": "<span class='badge'>actor badge</span>"}
     assert k.widget_state(actor_area)["sources"] == [["Reporter.report", "actor"]]
+
+    # A nested task's displays reach the cell through the task that submitted it.
+    nested = k.run("assert nbcluster.get(outer.remote()) == 3")
+    nested_area = k.log_area(nested)
+    assert nested_area is not None
+    k.wait_for(
+        lambda: len(k.widget_state(nested_area).get("rich", {})) == 2, what="the nested displays"
+    )
+    k.wait_for(lambda: len(k.widget_state(nested_area)["lines"]) == 4, what="the nested prints")
+    lines = rich_lines(k.widget_state(nested_area))
+    assert [level for level, _, _ in lines] == ["stdout", "display", "display", "stdout"]
+    assert re.fullmatch(r"\(outer pid=\d+\) \(show pid=\d+\) before 3\n", lines[0][1])
+    assert lines[1][2] is not None and lines[1][2]["data"] == {"text/html": "<b>task 3</b>"}
+    assert lines[2][2] is not None and set(lines[2][2]["data"]) == {"image/png"}
 
     # As plain messages: display_data under the submitting cell, after the text before it.
     k.run("%cluster output stream")

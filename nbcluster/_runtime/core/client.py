@@ -29,6 +29,7 @@ from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
+from nbcluster._runtime.worker import display_hook
 from nbcluster.config import Config
 
 log = logging.getLogger(__name__)
@@ -741,7 +742,9 @@ def print_task_output(context: Any, name: str, record: Any) -> None:
     out = sys.stderr if record.stream == "stderr" else sys.stdout
     prefix = f"({name} pid={record.pid}) "
     text = record.text
-    if record.stream == "display":  # a rich display() from the task: its text form here
+    if record.stream == "display":  # a rich display() from the task
+        if text and display_hook.forward(text):
+            return  # on a worker, inside a task: passed on to that task's owner, still rich
         text = display_text(text, record.dropped_lines)
         if text:
             out.write("".join(prefix + line for line in text.splitlines(keepends=True)))

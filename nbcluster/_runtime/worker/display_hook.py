@@ -16,6 +16,8 @@ The notebook shows it in the submitting cell's log area.
   ``clear_output`` does nothing; outside a call they are IPython's own.
 - :func:`display` (``nbcluster.util.display``) does the same without IPython, for
   workers where IPython is not installed; in a notebook it is IPython's ``display``.
+- A nested task's display output, received by the worker that submitted it, is passed on
+  to that worker's own caller (:func:`forward`), so it still lands in the cell.
 - Objects are formatted by IPython's ``DisplayFormatter`` when IPython is loaded in the
   worker, else by their ``_repr_mimebundle_`` and ``_repr_*_`` methods (binary data is
   base64-encoded, as in Jupyter messages). A bundle over :data:`MAX_BUNDLE_CHARS` is
@@ -35,7 +37,7 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
-__all__ = ["MAX_BUNDLE_CHARS", "display", "encode_bundle", "install", "mime_bundle"]
+__all__ = ["MAX_BUNDLE_CHARS", "display", "encode_bundle", "forward", "install", "mime_bundle"]
 
 #: A display output larger than this (as JSON) is sent as its text/plain form only.
 MAX_BUNDLE_CHARS = 8 * 2**20
@@ -234,6 +236,13 @@ def display(
         ipython_display(*objs, include=include, exclude=exclude, metadata=metadata, raw=raw)
         return
     print(*objs)
+
+
+def forward(text: str) -> bool:
+    """Pass on a display output (JSON) that a nested task sent to this worker, as if a
+    call running here showed it; False when this process runs no call (or is no worker)."""
+    capture = _capture
+    return capture is not None and capture.display(text)
 
 
 # -- patching IPython --------------------------------------------------------------------------
