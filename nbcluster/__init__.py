@@ -21,10 +21,10 @@ from nbcluster._api import (
     init,
     is_initialized,
     nodes,
-    put,
     shutdown,
     wait,
 )
+from nbcluster._named import get_named, put
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
 from nbcluster._timeline import timeline  # noqa: E402, I001
@@ -93,6 +93,7 @@ __all__ = [
     "get",
     "get_actor",
     "get_gpu_ids",
+    "get_named",
     "get_runtime_context",
     "init",
     "is_initialized",

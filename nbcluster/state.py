@@ -76,7 +76,9 @@ class TaskEvent:
 
 @dataclasses.dataclass(frozen=True)
 class OutputRecord:
-    """Text a task wrote to stdout or stderr (``dropped_lines`` folded by the rate limit)."""
+    """Text a task wrote to stdout or stderr (``dropped_lines`` folded by the rate limit),
+    or, with ``stream`` ``"display"``, a rich ``display()`` output: ``text`` is the JSON
+    ``{"data": {mime: ...}, "metadata": {...}}`` (``dropped_lines``: displays folded)."""
 
     task_name: str
     stream: str
@@ -384,9 +386,10 @@ def when_ready(ref: ObjectRef, callback: Callable[[ObjectRef], None]) -> None:
 def ref_info(ref: ObjectRef) -> ObjectInfo | None:
     """State, size and location of ``ref`` as this process knows it (None if unknown)."""
     client = context.current_client()
-    if client is None:
+    table = getattr(client, "table", None)  # client mode has no table here
+    if table is None:
         return None
-    entry = client.table.get(ref.binary())
+    entry = table.get(ref.binary())
     return None if entry is None else _object_info(ref.binary(), entry)
 
 

@@ -278,6 +278,8 @@ class KernelHooks:
         self._cell_running = False
         self._guard(lambda: apply_out_policy(self.shell.user_ns, self.out_policy, self.shell))
         count = getattr(result, "execution_count", None)
+        if not getattr(getattr(result, "info", None), "store_history", True):
+            count = None  # IPython gives such a cell the next cell's number: it has none
         self._guard(lambda: self.cells.cell_finished(count))
         self._guard(self.versions.check)
         self._guard(self.versions.sync_reloadable_modules)

@@ -13,6 +13,13 @@ is in place for output that comes later. Output for a cell that has no area and 
 finished (work submitted outside any cell, by another process) goes out as a plain
 ``stream`` message instead (see :class:`~nbcluster.jupyter.output.OutputRouter`).
 
+Rich output: what a task shows with ``display()`` (``IPython.display.display`` or
+``nbcluster.util.display`` on the worker) arrives as a mime bundle and takes one line of
+the area (level ``display``, its ``text/plain``); the widget renders the bundle in its
+place (HTML sanitised into a shadow root, images, SVG; scripts never run). The last
+:data:`MAX_RICH` bundles (at most :data:`MAX_RICH_CHARS` in all) are kept; older ones
+show as their text.
+
 Each area keeps the last :data:`MAX_LINES` lines; older ones are counted as folded, like
 the lines the workers' rate limit folds. At most :data:`MAX_AREAS` areas stay live; the
 oldest are closed. :class:`CellLogState` holds an area's lines and is tested without a
@@ -30,8 +37,12 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "DISPLAY_LEVEL",
     "MAX_AREAS",
     "MAX_LINES",
+    "MAX_RICH",
+    "MAX_RICH_CHARS",
+    "RICH_MIMES",
     "CellLogState",
     "LogAreas",
     "cell_log_class",
@@ -43,6 +54,23 @@ __all__ = [
 MAX_LINES = 400
 #: Areas kept live at most (the oldest cells' areas are closed).
 MAX_AREAS = 200
+#: Rich display outputs an area keeps rendered (older ones show as their text/plain).
+MAX_RICH = 20
+#: ... and at most this many characters of them in all.
+MAX_RICH_CHARS = 16 * 2**20
+#: The level of a line that is a display output.
+DISPLAY_LEVEL = "display"
+#: Mime types the log area renders itself (besides text/plain).
+RICH_MIMES = (
+    "text/html",
+    "image/svg+xml",
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "text/markdown",
+    "text/latex",
+    "application/json",
+)
 _LEVEL = re.compile(r"^(?:\([^)]*\) )?(CRITICAL|ERROR|WARNING|INFO|DEBUG)\b[:\s]")
 
 
@@ -61,7 +89,8 @@ def source_kind(name: str) -> str:
 
 @dataclasses.dataclass
 class CellLogState:
-    """The lines of one area: the last ``max_lines``, with what was folded counted."""
+    """The lines of one area: the last ``max_lines``, with what was folded counted, and the
+    rich bundles of its display lines (``rich``: seq → ``{"data", "metadata"}``)."""
 
     max_lines: int = MAX_LINES
     lines: collections.deque[list[Any]] = dataclasses.field(default_factory=collections.deque)
@@ -69,6 +98,12 @@ class CellLogState:
     folded: int = 0
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
     seq: int = 0
+    rich: collections.OrderedDict[int, dict[str, Any]] = dataclasses.field(
+        default_factory=collections.OrderedDict
+    )
+    #: Bumped whenever ``rich`` changes (the widget's ``rich`` trait is sent only then).
+    rich_version: int = 0
+    _rich_chars: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def add(self, name: str, stream: str, text: str, prefix: str, dropped: int = 0) -> None:
         """Add what a task wrote (``text``; each line gets ``prefix``) and its folded count."""
@@ -80,12 +115,54 @@ class CellLogState:
             self.seq += 1
             self.total += 1
             self.lines.append([self.seq, name, kind, line_level(stream, line), prefix + line])
-            if len(self.lines) > self.max_lines:
-                self.lines.popleft()
-                self.folded += 1
+            self._trim()
         if dropped:
             self.folded += dropped
             self.total += dropped
+
+    def add_display(
+        self, name: str, bundle: dict[str, Any] | None, prefix: str, dropped: int = 0
+    ) -> None:
+        """Add a display output (``bundle``: ``{"data": {mime: ...}, "metadata": {...}}``,
+        or None) as one line with its text/plain, and the number of displays folded."""
+        kind = self.sources.setdefault(name, source_kind(name))
+        if bundle is not None:
+            data = bundle.get("data") if isinstance(bundle.get("data"), dict) else {}
+            plain = data.get("text/plain")
+            text = plain if isinstance(plain, str) and plain else "<display output>"
+            self.seq += 1
+            self.total += 1
+            self.lines.append(
+                [self.seq, name, kind, DISPLAY_LEVEL, prefix + text.rstrip("\n") + "\n"]
+            )
+            shown = {m: v for m, v in data.items() if m in RICH_MIMES}
+            if shown:
+                metadata = bundle.get("metadata")
+                md = {m: v for m, v in metadata.items() if m in shown} if metadata else {}
+                self.rich[self.seq] = {"data": shown, "metadata": md}
+                self._rich_chars[self.seq] = sum(
+                    len(v) if isinstance(v, str) else len(str(v)) for v in shown.values()
+                )
+                self.rich_version += 1
+            self._trim()
+        if dropped:
+            self.folded += dropped
+            self.total += dropped
+
+    def _trim(self) -> None:
+        while len(self.lines) > self.max_lines:
+            old = self.lines.popleft()
+            self.folded += 1
+            self._drop_rich(old[0])
+        while self.rich and (
+            len(self.rich) > MAX_RICH or sum(self._rich_chars.values()) > MAX_RICH_CHARS
+        ):
+            self._drop_rich(next(iter(self.rich)))
+
+    def _drop_rich(self, seq: int) -> None:
+        if self.rich.pop(seq, None) is not None:
+            self._rich_chars.pop(seq, None)
+            self.rich_version += 1
 
     def text(self) -> str:
         """The lines as plain text (what a front end without widgets shows)."""
@@ -116,6 +193,7 @@ def cell_log_class() -> type:
         folded = traitlets.Int(0).tag(sync=True)
         sources = traitlets.List([]).tag(sync=True)
         collapsed = traitlets.Bool(False).tag(sync=True)
+        rich = traitlets.Dict({}).tag(sync=True)
 
     return CellLog
 
@@ -126,6 +204,7 @@ class _Area:
     state: CellLogState
     widget: Any
     dirty: bool = False
+    rich_sent: int = 0
 
 
 class LogAreas:
@@ -171,16 +250,39 @@ class LogAreas:
     def add(self, parent: dict[str, Any], name: str, stream: str, text: str, prefix: str,
             dropped: int) -> bool:  # fmt: skip
         """Put output in its cell's area; False when the cell has none (and cannot get one)."""
-        msg_id = str(parent.get("msg_id", ""))
         with self._lock:
-            area = self._areas.get(msg_id)
+            area = self._area_for(parent)
             if area is None:
-                if not self.enabled or not msg_id or msg_id != self._running:
-                    return False
-                area = self._open(msg_id, parent)
+                return False
             area.state.add(name, stream, text, prefix, dropped)
             area.dirty = True
         return True
+
+    def add_display(
+        self,
+        parent: dict[str, Any],
+        name: str,
+        bundle: dict[str, Any] | None,
+        prefix: str,
+        dropped: int,
+    ) -> bool:
+        """Put a display output (a mime bundle) in its cell's area; False as for :meth:`add`."""
+        with self._lock:
+            area = self._area_for(parent)
+            if area is None:
+                return False
+            area.state.add_display(name, bundle, prefix, dropped)
+            area.dirty = True
+        return True
+
+    def _area_for(self, parent: dict[str, Any]) -> _Area | None:
+        msg_id = str(parent.get("msg_id", ""))
+        area = self._areas.get(msg_id)
+        if area is None:
+            if not self.enabled or not msg_id or msg_id != self._running:
+                return None
+            area = self._open(msg_id, parent)
+        return area
 
     def flush(self) -> None:
         """Send the new lines of every area to its widget."""
@@ -194,6 +296,9 @@ class LogAreas:
                     w.total = s.total
                     w.folded = s.folded
                     w.sources = [[n, k] for n, k in s.sources.items()]
+                    if s.rich_version != a.rich_sent:
+                        a.rich_sent = s.rich_version
+                        w.rich = {str(seq): b for seq, b in s.rich.items()}
 
     def area(self, msg_id: str) -> Any:
         """The widget of the cell ``msg_id``'s area, or None."""

@@ -199,8 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument(
         "--session",
         metavar="NAME",
-        help="name this notebook's session: its named actors and kept results come back "
-        "when it connects again with the same name (after a kernel restart)",
+        help="name this notebook's session: its named actors and named results "
+        "(nbcluster.put(value, name=...), %%cluster keep) come back when it connects again "
+        "with the same name (after a kernel restart)",
     )
     _add_on_interrupt(connect)
 
@@ -433,6 +434,9 @@ class ClusterMagics(Magics):
         print(f"nbcluster: session {name!r}: got back {got}")
         if back["skipped"]:
             print(f"nbcluster: left alone (already defined here): {', '.join(back['skipped'])}")
+        if back.get("unbound"):
+            named = ", ".join(repr(n) for n in back["unbound"])
+            print(f"nbcluster: named results {named}: get them with nbcluster.get_named(NAME)")
 
     def _keep(self, args: argparse.Namespace) -> None:
         if not state.is_connected() or session.current() is None:

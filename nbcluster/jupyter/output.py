@@ -14,6 +14,12 @@ area for that output, where widgets work):
   that arrive within ``interval`` seconds into one ``stream`` message per cell and
   stream, and publishes it on iopub with the submitting cell's header as parent.
 
+Rich output (``display()`` in a task) arrives as a record of the ``display`` stream whose
+text is a JSON mime bundle (:func:`parse_display`). In ``"log"`` mode it goes into the
+cell's log area, which renders it; otherwise it is published as a ``display_data``
+message under the submitting cell, after that cell's buffered text (so the order the
+task wrote in is kept).
+
 ``Session.send`` on the kernel's iopub socket is safe from any thread in ipykernel 7:
 ``iopub_socket`` is a ``BackgroundSocket`` whose ``send_multipart`` hands the frames to
 the ``IOPubThread`` (thread-local event pipe), which does the actual zmq send. This is
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -33,12 +40,14 @@ from nbcluster.jupyter.log_area import LogAreas
 from nbcluster.state import OutputRecord
 
 __all__ = [
+    "DISPLAY_STREAM",
     "OUTPUT_MODES",
     "OutputRouter",
     "cell_header",
     "format_record",
     "kernel_of",
     "latest_cell_header",
+    "parse_display",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,8 @@ log = logging.getLogger(__name__)
 COALESCE_INTERVAL_S = 0.05
 #: Where task output goes: each cell's log area, or plain stream messages.
 OUTPUT_MODES = ("log", "stream")
+#: The stream name of a task's rich display output (set by the worker's output capture).
+DISPLAY_STREAM = "display"
 
 
 def kernel_of(shell: Any) -> Any:
@@ -84,6 +95,22 @@ def latest_cell_header(shell: Any) -> dict[str, Any] | None:
     up in an empty context always gives the fallback, the latest cell.
     """
     return contextvars.Context().run(cell_header, shell)
+
+
+def parse_display(text: str) -> dict[str, Any] | None:
+    """The ``{"data": {mime: ...}, "metadata": {...}}`` of a display record, or None when
+    ``text`` is empty or not such a bundle."""
+    if not text:
+        return None
+    try:
+        bundle = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(bundle, dict) or not isinstance(bundle.get("data"), dict):
+        return None
+    if not isinstance(bundle.get("metadata"), dict):
+        bundle["metadata"] = {}
+    return bundle
 
 
 def format_record(record: OutputRecord) -> str:
@@ -150,6 +177,9 @@ class OutputRouter:
             # Submitted by another process, or outside any cell: the latest cell, as
             # ipykernel does for output from threads.
             parent = latest_cell_header(self._kernel.shell) or {}
+        if record.stream == DISPLAY_STREAM:
+            self._handle_display(parent, record)
+            return
         if self._mode == "log" and (record.text or record.dropped_lines):
             prefix = f"({record.task_name} pid={record.pid}) "
             if self.areas.add(
@@ -172,6 +202,33 @@ class OutputRouter:
                 self._cond.notify()
             else:
                 pending.parts.append(text)
+
+    def _handle_display(self, parent: dict[str, Any], record: OutputRecord) -> None:
+        bundle = parse_display(record.text)
+        prefix = f"({record.task_name} pid={record.pid}) "
+        if self._mode == "log" and self.areas.add_display(
+            parent, record.task_name, bundle, prefix, record.dropped_lines
+        ):
+            with self._cond:
+                self._areas_dirty = True
+                self._cond.notify()
+            return
+        msg_id = str(parent.get("msg_id", ""))
+        with self._cond:
+            if self._closed:
+                return
+            # The cell's text written before this display goes out first.
+            before = [(k, p) for k, p in self._pending.items() if k[0] == msg_id]
+            for k, _ in before:
+                del self._pending[k]
+        for (_, stream), pending in before:
+            self._send(stream, "".join(pending.parts), pending.parent)
+        if bundle is not None:
+            content = {"data": bundle["data"], "metadata": bundle["metadata"], "transient": {}}
+            self._publish("display_data", content, parent)
+        if record.dropped_lines:
+            note = f"{prefix}[... {record.dropped_lines} more display outputs folded by the output rate limit ...]\n"
+            self._send("stdout", note, parent)
 
     def flush(self) -> None:
         """Send everything buffered now (from any thread)."""

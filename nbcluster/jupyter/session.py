@@ -9,26 +9,30 @@ a network change it gives a name:
 - **actors**: named, detached actors of the session's namespace
   (``Cls.options(name="model", lifetime="detached").remote()``): a non-detached actor ends
   with the kernel that made it, as in Ray;
-- **results**: :func:`keep` (or ``%cluster keep VAR ...``) copies a value, or the value of
-  a ref, into the session's store: a detached actor of the namespace
-  (``__nbcluster_session__``) that puts each value in the object store itself, so the
-  object is owned by the store and survives the kernel.
+- **results**: ``nbcluster.put(value, name="...")`` and :func:`keep` (or ``%cluster keep
+  VAR ...``) put a value, or the value of a ref, into the session's store: a detached
+  actor of the namespace (``__nbcluster_session__``, :mod:`nbcluster._named`) that puts
+  each value in the object store itself, so the object is owned by the store and
+  survives the kernel. ``put(name=)`` keeps a name once (putting it again is an error);
+  ``keep`` replaces.
 
 Connecting again with the same session name (:func:`resume`) puts each of them back into
 the notebook's namespace under its name (an actor handle, or a ref to the kept value) and
-says which. :func:`forget` drops a kept result; killing the store actor
+says which; a result whose name is not a Python identifier is not bound, and
+``nbcluster.get_named(name)`` returns it (from any process of the session).
+:func:`forget` drops a kept result; killing the store actor
 (``nbcluster.kill(nbcluster.get_actor("__nbcluster_session__", namespace=NAME))``) ends the
 session's results.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import MutableMapping
 from typing import Any
 
 import nbcluster
-from nbcluster import ObjectRef, state
+from nbcluster import _named, state
+from nbcluster._named import STORE_NAME, SessionStore
 
 __all__ = [
     "STORE_NAME",
@@ -42,57 +46,19 @@ __all__ = [
     "use",
 ]
 
-#: The name of the store actor in the session's namespace.
-STORE_NAME = "__nbcluster_session__"
-
-
-@nbcluster.remote(num_cpus=0, max_restarts=0)
-class SessionStore:
-    """Holds the results a session kept: each is put into the object store by this actor,
-    which owns it, so it lives as long as the store (a detached actor)."""
-
-    def __init__(self) -> None:
-        self.refs: dict[str, Any] = {}
-
-    def keep(self, name: str, value: Any) -> int:
-        """Keep ``value`` under ``name`` (replacing what had the name); return its size."""
-        self.refs[name] = [nbcluster.put(value)]  # in a list: handed out as a ref, not a value
-        return len(self.refs)
-
-    def get(self, name: str) -> list[Any]:
-        """``[ref]`` to the value kept as ``name`` (KeyError when there is none)."""
-        return self.refs[name]
-
-    def names(self) -> list[str]:
-        """What is kept, oldest first."""
-        return list(self.refs)
-
-    def forget(self, name: str) -> bool:
-        """Drop ``name``; True when it was kept."""
-        return self.refs.pop(name, None) is not None
-
-
-_store_lock = threading.Lock()
-_session: dict[str, str] = {}
-
 
 def use(name: str | None) -> None:
     """Make ``name`` this kernel's session (None: no session)."""
-    if name is None:
-        _session.pop("name", None)
-    elif not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise ValueError(f"a session name is letters, digits, '-', '_' and '.', got {name!r}")
-    else:
-        _session["name"] = name
+    _named.use_session(name)
 
 
 def current() -> str | None:
     """This kernel's session name, or None."""
-    return _session.get("name")
+    return _named.session_name()
 
 
 def _namespace() -> str:
-    ns = _session.get("name")
+    ns = _named.session_name()
     if not ns:
         raise RuntimeError(
             "this kernel has no session: connect with %cluster connect ADDRESS --session NAME"
@@ -100,37 +66,21 @@ def _namespace() -> str:
     return ns
 
 
-def _store(create: bool) -> Any:
-    ns = _namespace()
-    with _store_lock:
-        try:
-            return nbcluster.get_actor(STORE_NAME, namespace=ns)
-        except ValueError:
-            if not create:
-                return None
-            return SessionStore.options(
-                name=STORE_NAME, namespace=ns, lifetime="detached", get_if_exists=True
-            ).remote()
-
-
 def keep(name: str, value: Any) -> None:
-    """Keep ``value`` (or the value of a ref) in this session under ``name``."""
+    """Keep ``value`` (or the value of a ref) in this session under ``name`` (replacing)."""
     if not name.isidentifier():
         raise ValueError(f"a kept result needs a name that is a Python identifier, got {name!r}")
-    store = _store(create=True)
-    nbcluster.get(store.keep.remote(name, value))
+    _named.keep(_namespace(), name, value)
 
 
 def kept() -> list[str]:
     """The names of the results this session keeps."""
-    store = _store(create=False)
-    return [] if store is None else list(nbcluster.get(store.names.remote()))
+    return _named.names(_namespace())
 
 
 def forget(name: str) -> bool:
-    """Stop keeping ``name``; True when it was kept."""
-    store = _store(create=False)
-    return bool(store is not None and nbcluster.get(store.forget.remote(name)))
+    """Stop keeping ``name`` (a ``put(name=)`` or kept result); True when it was kept."""
+    return _named.forget(_named.session_namespace(what="kept results"), name)
 
 
 def named_actors(timeout: float = 10.0) -> list[str]:
@@ -155,25 +105,28 @@ def named_actors(timeout: float = 10.0) -> list[str]:
 def resume(user_ns: MutableMapping[str, Any]) -> dict[str, list[str]]:
     """Put the session's named actors and kept results back into ``user_ns``.
 
-    Returns ``{"actors": [...], "results": [...], "skipped": [...]}``: names already bound
-    in the namespace, or not Python identifiers, are skipped (left as they are).
+    Returns ``{"actors": [...], "results": [...], "skipped": [...], "unbound": [...]}``:
+    names already bound in the namespace are skipped (left as they are); results whose
+    names are not Python identifiers are ``unbound`` (``nbcluster.get_named`` gets them).
     """
     ns = _namespace()
-    out: dict[str, list[str]] = {"actors": [], "results": [], "skipped": []}
+    out: dict[str, list[str]] = {"actors": [], "results": [], "skipped": [], "unbound": []}
     for name in named_actors():
         if not name.isidentifier() or name in user_ns:
             out["skipped"].append(name)
             continue
         user_ns[name] = nbcluster.get_actor(name, namespace=ns)
         out["actors"].append(name)
-    store = _store(create=False)
-    if store is not None:
-        for name in nbcluster.get(store.names.remote()):
-            if name in user_ns:
-                out["skipped"].append(name)
-                continue
-            (ref,) = nbcluster.get(store.get.remote(name))
-            assert isinstance(ref, ObjectRef)
-            user_ns[name] = ref
-            out["results"].append(name)
+    for name in _named.names(ns):
+        if not name.isidentifier():
+            out["unbound"].append(name)
+            continue
+        if name in user_ns:
+            out["skipped"].append(name)
+            continue
+        ref = _named.lookup(ns, name)
+        if ref is None:  # forgotten meanwhile
+            continue
+        user_ns[name] = ref
+        out["results"].append(name)
     return out

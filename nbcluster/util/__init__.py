@@ -1,6 +1,7 @@
 """Utilities built on the core API: actor pools, placement groups, scheduling strategies,
-custom serializers."""
+custom serializers, rich ``display()`` from tasks."""
 
+from nbcluster._runtime.worker.display_hook import display
 from nbcluster.util.actor_pool import ActorPool
 from nbcluster.util.check_serialize import inspect_serializability
 from nbcluster.util.placement_group import (
@@ -22,6 +23,7 @@ __all__ = [
     "PlacementGroup",
     "PlacementGroupSchedulingStrategy",
     "deregister_serializer",
+    "display",
     "get_placement_group",
     "inspect_serializability",
     "placement_group",

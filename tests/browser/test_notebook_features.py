@@ -8,6 +8,8 @@ One lab server, one notebook, in order:
 2. Late output: cell A submits a task that prints after A finished; cell B sleeps. While
    B still runs, the line shows in A's log area (the widget under A), not under B; the
    area's filters narrow what it shows, and its toggle folds it.
+   A task's rich ``display()`` (HTML, a PNG) renders in its cell's log area, with the
+   HTML's script and event handler removed.
 3. ``%cluster stop``, restart the kernel, ``%cluster start`` with no arguments: the lab
    extension handed the notebook's record to the new kernel, which starts the same
    cluster and says so.
@@ -91,6 +93,22 @@ def grumble():
 
 late_ref = speak.remote(3, 'LATE' + '-OUTPUT')
 nbcluster.get(grumble.remote())"""
+
+
+RICH_TASK = """import base64, nbcluster
+from IPython.display import HTML, Image, display
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+@nbcluster.remote
+def rich():
+    display(HTML("<b class='rich-mark'>RICH-HTML</b><script>window.__nbcPwned = 1</script>"
+                 "<img class='evil' src='data:image/png;base64,AAAA' onerror='window.__nbcPwned = 2'>"))
+    display(Image(data=PNG))
+
+nbcluster.get(rich.remote())"""
 
 
 def wait_output(page: Any, i: int, text: str) -> str:
@@ -180,6 +198,22 @@ def test_log_areas_and_notebook_metadata_in_jupyterlab(
         shot(cells.nth(a), "2-filtered-folded")
         wait_output(page, b, "B DONE")
         page.wait_for_function(KERNEL_IDLE_JS, timeout=TIMEOUT_MS)
+        # Rich display() from a task: rendered in the log area, sanitised.
+        r = page.evaluate(RUN_CELL_JS, RICH_TASK)
+        rich_area = cells.nth(r).locator(".nbcluster-log")
+        expect(rich_area.locator(".nbcluster-log-rich b.rich-mark")).to_have_text(
+            "RICH-HTML", timeout=TIMEOUT_MS
+        )
+        png = rich_area.locator(".nbcluster-log-rich img:not(.evil)[src^='data:image/png;base64,']")
+        expect(png).to_have_count(1, timeout=TIMEOUT_MS)
+        expect(rich_area.locator(".nbcluster-log-summary")).to_have_text("nbcluster log: 2 lines")
+        evil = rich_area.locator(".nbcluster-log-rich img.evil")
+        expect(evil).to_have_count(1)
+        assert evil.get_attribute("onerror") is None
+        assert rich_area.locator(".nbcluster-log-rich script").count() == 0
+        page.wait_for_function(KERNEL_IDLE_JS, timeout=TIMEOUT_MS)
+        assert page.evaluate("() => window.__nbcPwned === undefined")
+        shot(cells.nth(r), "2b-rich-display")
 
         # 3. Stop, restart the kernel, start with no arguments: the record comes back.
         first_session = page.evaluate(

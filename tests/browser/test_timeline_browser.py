@@ -4,7 +4,9 @@ The test starts ``jupyter lab`` (the ``jupyter_lab`` fixture: fresh settings and
 workspaces, a free port, a token), writes a notebook that starts a 2-CPU cluster, runs 20
 tasks and displays ``Timeline()``, runs it in the browser (the ``chromium_page`` fixture:
 Python playwright driving ``/usr/bin/chromium``, no browser download), and checks in the
-page that the plotly plot holds 20 bars. Screenshots go to ``test-artifacts/``. The
+page that the plotly plot holds 20 bars. A later cell runs 5 more tasks: the timeline's
+cell picker lists that cell once it ran, and choosing a cell in the page redraws the plot
+with that cell's bars only. Screenshots go to ``test-artifacts/``. The
 server is stopped by its PID, which ends the kernel and, through the parent-death watch,
 the kernel's cluster; the test checks that no cluster process is left.
 
@@ -51,6 +53,16 @@ KERNEL_IDLE_JS = """() => {
 }"""
 TRACE_NAMES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
     .flatMap(el => el.data || []).map(t => t.name)"""
+# Put `code` in a new cell at the end and run it, without waiting.
+RUN_CELL_JS = """async (code) => {
+    const app = window.jupyterapp;
+    const nb = app.shell.currentWidget.content;
+    nb.activeCellIndex = nb.widgets.length - 1;
+    await app.commands.execute('notebook:insert-cell-below');
+    nb.activeCell.model.sharedModel.setSource(code);
+    app.commands.execute('notebook:run-cell');
+    return nb.activeCellIndex;
+}"""
 OPEN_NOTEBOOK_JS = """() => window.jupyterapp.commands
     .execute('docmanager:open', {
         path: 'widgets.ipynb', factory: 'Notebook', kernel: {name: 'python3'}})
@@ -117,6 +129,26 @@ def test_timeline_renders_one_bar_per_task(
         assert page.locator(".js-plotly-plot .bars path").count() == N_TASKS
         title = page.locator(".js-plotly-plot .gtitle").first.text_content() or ""
         assert f"{N_TASKS} attempts" in title, title
+        # The cell picker: a cell that submits work later is listed when it ran, and
+        # choosing a cell in the page redraws the plot with that cell's bars only.
+        page.wait_for_function(KERNEL_IDLE_JS, timeout=DEADLINE_MS)
+        page.evaluate(RUN_CELL_JS, "more = nbcluster.get([simulate.remote(i) for i in range(5)])")
+        page.wait_for_function(f"() => ({BAR_COUNT_JS})() === {N_TASKS + 5}", timeout=DEADLINE_MS)
+        picker = page.locator(".widget-dropdown select").first
+        page.wait_for_function(
+            "() => document.querySelector('.widget-dropdown select').options.length === 3",
+            timeout=DEADLINE_MS,
+        )
+        # (ipywidgets shows the spaces of option labels as non-breaking spaces)
+        labels = [t.replace("\xa0", " ") for t in picker.locator("option").all_text_contents()]
+        assert labels[:2] == ["all cells", "In [2]"] and labels[2].startswith("In ["), labels
+        picker.select_option(index=1)
+        page.wait_for_function(f"() => ({BAR_COUNT_JS})() === {N_TASKS}", timeout=DEADLINE_MS)
+        title = page.locator(".js-plotly-plot .gtitle").first.text_content() or ""
+        assert f"Task timeline of In [2]: {N_TASKS} attempts" in title, title
+        picker.select_option(index=2)
+        page.wait_for_function(f"() => ({BAR_COUNT_JS})() === 5", timeout=DEADLINE_MS)
+        plot.screenshot(path=str(ARTIFACTS / "timeline-one-cell.png"))
         widget_errors = [t for kind, t in console if kind == "error" and "widget" in t.lower()]
         assert not widget_errors, widget_errors
     except BaseException:

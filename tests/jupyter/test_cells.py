@@ -4,7 +4,8 @@
   stop politely;
 - re-running a cell cancels the pending tasks of its previous run whose results are no
   longer referenced (and leaves those still held), unless ``%cluster rerun keep``;
-- the Timeline filters by the cell that submitted the tasks;
+- the Timeline filters by the cell that submitted the tasks, with a cell picker that lists
+  the cells live;
 - redefining an actor class warns once about the actors still on the old code, and
   ``%cluster restart-actors`` remakes them on the new code; a redefined function runs its
   new code on a warm worker; ``%autoreload`` of a module reaches the workers.
@@ -129,6 +130,40 @@ def test_timeline_filters_by_cell(kernel):
         "poll_for(seen, timeout=30)\n"
         "assert {n: s.count for n, s in only.summary.items()} == {'square': 5}, only.summary\n"
         "assert every.summary['square'].count == 5"
+    )
+    # The cell picker lists the cells that submitted work, and choosing one redraws.
+    labels = k.eval_text("[label for label, _ in every.cell_picker.options]")
+    assert labels == str(["all cells", f"In [{first}]", f"In [{first + 1}]"])
+    k.run(
+        f"every.cell_picker.value = {first + 1}\n"
+        f"assert every.cell == {first + 1}\n"
+        "assert {n: s.count for n, s in every.summary.items()} == {'cube': 3}\n"
+        "assert sorted(t.name for t in every.figure.data) == ['cube']\n"
+        "assert sum(len(t.x) for t in every.figure.data) == 3\n"
+        f"assert 'of In [{first + 1}]' in every.figure.layout.title.text\n"
+        "every.cell = None\n"
+        "assert every.cell_picker.value == 0 and every.total == 8"
+    )
+    # Live: a cell that submits work while the timeline is shown is listed when it ends,
+    # also when its tasks' events arrived while it still ran.
+    k.run(
+        "more = nbcluster.get([square.remote(i) for i in range(4)])\n"
+        "def seen_more():\n"
+        "    feed.poll_once()\n"
+        "    return every.total == 12\n"
+        "poll_for(seen_more, timeout=30)\n"
+        "assert len(In) - 1 not in every.cells  # its In [n] is known when it ends",
+        store_history=True,
+    )
+    third = int(k.eval_text("len(In) - 1"))
+    assert k.eval_text("every.cells") == str([first, first + 1, third])
+    labels = k.eval_text("[label for label, _ in every.cell_picker.options]")
+    assert labels.endswith(f"'In [{third}]']")
+    k.run(
+        f"every.cell = {third}\n"
+        "assert {n: s.count for n, s in every.summary.items()} == {'square': 4}\n"
+        f"assert every.cell_picker.value == {third}\n"
+        "only.close(); every.close()"
     )
 
 

@@ -53,6 +53,13 @@ def outliving() -> Iterator[LocalCluster]:
     assert_no_processes(session_dir, timeout=15)
 
 
+def error_of(k: Any, code: str) -> tuple[str, str]:
+    """Run ``code``, which must fail; return (exception name, message)."""
+    reply = k.wait_done(k.submit(code))
+    assert reply["content"]["status"] == "error", code
+    return reply["content"]["ename"], reply["content"]["evalue"]
+
+
 def _env(cluster: LocalCluster) -> dict[str, str]:
     return {"NBCLUSTER_TOKEN_FILE": str(Path(str(cluster.session_dir)) / "token")}
 
@@ -71,13 +78,44 @@ def test_a_session_gets_back_its_actors_and_kept_results(
     k.run(FIRST_RUN.replace('namespace="exp"', f'namespace="{session}"'))
     kept = k.run("%cluster keep arr answer")
     assert f"nbcluster: session '{session}' keeps arr, answer" in k.stream_text(kept)
+    # put(name=): kept for the session from code; a name is kept once.
+    k.run(
+        "model_ref = nbcluster.put({'w': [1, 2, 3]}, name='model')\n"
+        "assert nbcluster.get(model_ref) == {'w': [1, 2, 3]}\n"
+        "assert nbcluster.get(nbcluster.get_named('model')) == {'w': [1, 2, 3]}\n"
+        "nbcluster.put('spaced out', name='run 1')"
+    )
+    assert error_of(k, "nbcluster.put(1, name=7)") == (
+        "TypeError",
+        "put(name=...) takes a str, got int: 7",
+    )
+    assert error_of(k, "nbcluster.put(2, name='model')") == (
+        "ValueError",
+        f"a result named 'model' is already kept in session '{session}'; choose another name, "
+        "or drop the old one first with nbcluster.jupyter.session.forget('model')",
+    )
+    assert error_of(k, "nbcluster.get_named('nope')") == (
+        "ValueError",
+        f"no result named 'nope' in session '{session}' (it keeps 'arr', 'answer', 'model', "
+        "'run 1')",
+    )
+    assert k.eval_text("nbcluster.get(nbcluster.get_named('model'))") == "{'w': [1, 2, 3]}"
 
     k.km.restart_kernel(now=True)
     k.client.wait_for_ready(timeout=180)
     again = k.run(f"%load_ext nbcluster\n%cluster connect {address} --session {session}")
     assert (
-        f"nbcluster: session '{session}': got back actors counter; kept results arr, answer"
+        f"nbcluster: session '{session}': got back actors counter; kept results arr, answer, "
+        "model\n"
     ) in k.stream_text(again)
+    assert (
+        "nbcluster: named results 'run 1': get them with nbcluster.get_named(NAME)"
+    ) in k.stream_text(again)
+    assert k.eval_text("__import__('nbcluster').get(model)") == "{'w': [1, 2, 3]}"
+    assert (
+        k.eval_text("__import__('nbcluster').get(__import__('nbcluster').get_named('run 1'))")
+        == "spaced out"
+    )
     assert k.eval_text("__import__('nbcluster').get(counter.incr.remote())") == "4"
     assert k.eval_text("__import__('nbcluster').get(arr).tolist()") == str(list(range(10)))
     assert k.eval_text("__import__('nbcluster').get(answer)") == "42"

@@ -216,6 +216,44 @@ def test_timeline_100k_synthetic_events_keeps_a_window(cluster2: Any, feed: Feed
     tl.close()
 
 
+def test_timeline_cell_picker_lists_cells_as_they_finish(
+    cluster2: Any, feed: Feed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbcluster.jupyter import cells
+
+    tracker = cells.CellTracker()
+    monkeypatch.setattr(cells, "_current", tracker)  # as %load_ext nbcluster makes it
+
+    def attempt(task: str, name: str) -> TaskEvent:
+        return TaskEvent(task, "ab" * 4, name, "cd" * 14, "w", 7, "FINISHED", 1.0, 1.5, "", 0)
+
+    tl = Timeline(feed=feed)
+    assert tl.cell_picker.layout.display == "none", "no cell submitted work yet"
+    # In [4] submits two tasks, which finish (and reach the timeline) while it runs.
+    tracker.cell_started({"msg_id": "m4"}, None)
+    for task in ("a" * 32, "b" * 32):
+        tracker.observe(task, "f", {"msg_id": "m4"})
+    tl.add_events([attempt("a" * 32, "f"), attempt("b" * 32, "f"), attempt("c" * 32, "g")])
+    assert tl.cells == [] and tl.total == 3
+    tracker.cell_finished(4)
+    assert [label for label, _ in tl.cell_picker.options] == ["all cells", "In [4]"]
+    assert tl.cell_picker.layout.display == ""
+    tl.cell_picker.value = 4  # what choosing it in the front end does
+    assert tl.cell == 4 and bars(tl) == 2 and tl.total == 2
+    assert [t.name for t in tl.figure.data] == ["f"]
+    assert tl.figure.layout.title.text.startswith("Task timeline of In [4]: 2 attempts")
+    assert repr(tl).startswith("Timeline of In [4]: 2 attempts")
+    tl.cell = None
+    assert tl.cell_picker.value == 0 and bars(tl) == 3
+    tl.cell = 9  # a cell with no work (yet): listed, drawn empty
+    assert [v for _, v in tl.cell_picker.options] == [0, 4, 9] and bars(tl) == 0
+    with pytest.raises(ValueError, match=r"cell is a cell's number In \[n\] \(n >= 1\)"):
+        tl.cell = 0
+    tl.close()
+    tracker.cell_finished(5)
+    assert not tracker._listeners, "a closed timeline stops listening"
+
+
 # ---------------------------------------------------------------------------- timeline()
 
 

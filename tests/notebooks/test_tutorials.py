@@ -110,6 +110,7 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"^Timeline: [\d,]+ attempts on \d+ workers?",
             r"^  work: \d+ attempts?",
         ],
+        "check-display": [r"^squares: \[0, 1, 4\]$"],
         "check-stop": [STOPPED],
     },
     "02_actors": {

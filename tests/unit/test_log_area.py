@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from nbcluster.jupyter.log_area import CellLogState, LogAreas, line_level, source_kind
+from nbcluster.jupyter.log_area import (
+    DISPLAY_LEVEL,
+    CellLogState,
+    LogAreas,
+    line_level,
+    source_kind,
+)
+from nbcluster.jupyter.output import DISPLAY_STREAM, OutputRouter
+from nbcluster.state import OutputRecord
 
 
 @pytest.mark.parametrize(
@@ -132,3 +141,104 @@ def test_old_areas_are_closed(areas: Any, monkeypatch: Any) -> None:
     assert la.area("c0") is None
     la.close()
     assert all(w.closed for w in FakeWidget.made)
+
+
+HTML_BUNDLE = {"data": {"text/html": "<b>x</b>", "text/plain": "X()"}, "metadata": {}}
+
+
+def test_a_display_output_is_one_line_with_its_bundle_beside() -> None:
+    s = CellLogState(max_lines=3)
+    s.add("f", "stdout", "before\n", "(f) ")
+    s.add_display("f", HTML_BUNDLE, "(f) ")
+    s.add_display("f", {"data": {"text/plain": "just text"}, "metadata": {}}, "(f) ")
+    s.add_display("f", None, "(f) ", dropped=4)  # only a count of folded displays
+    assert [line[3:] for line in s.lines] == [
+        ["stdout", "(f) before\n"],
+        [DISPLAY_LEVEL, "(f) X()\n"],
+        [DISPLAY_LEVEL, "(f) just text\n"],
+    ]
+    assert dict(s.rich) == {2: {"data": {"text/html": "<b>x</b>"}, "metadata": {}}}
+    assert (s.total, s.folded) == (7, 4)
+    version = s.rich_version
+    s.add("f", "stdout", "a\nb\n", "(f) ")  # the display line scrolls out, and its bundle
+    assert not s.rich and s.rich_version > version
+
+
+def test_only_the_latest_bundles_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbcluster.jupyter.log_area as mod
+
+    monkeypatch.setattr(mod, "MAX_RICH", 2)
+    s = CellLogState()
+    for i in range(4):
+        s.add_display("Actor.m", {"data": {"image/png": f"P{i}", "text/plain": "img"}}, "")
+    assert list(s.rich) == [3, 4] and len(s.lines) == 4
+    assert s.sources == {"Actor.m": "actor"}
+    monkeypatch.setattr(mod, "MAX_RICH_CHARS", 5)
+    s.add_display("Actor.m", {"data": {"text/html": "x" * 10}}, "")
+    assert not s.rich, "a bundle over the size budget shows as its text"
+
+
+class RichWidget(FakeWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rich_sets: list[dict[str, Any]] = []
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "rich":
+            self.rich_sets.append(value)
+        super().__setattr__(name, value)
+
+
+def test_the_area_sends_its_bundles_only_when_they_change() -> None:
+    la = LogAreas(lambda t, c, p: None, RichWidget)
+    cell = {"msg_id": "c1"}
+    la.cell_started("c1")
+    assert la.add_display(cell, "f", HTML_BUNDLE, "(f) ", 0)
+    la.flush()
+    w = la.area("c1")
+    assert w.rich_sets == [{"1": {"data": {"text/html": "<b>x</b>"}, "metadata": {}}}]
+    la.add(cell, "f", "stdout", "text\n", "(f) ", 0)
+    la.flush()
+    assert len(w.rich_sets) == 1 and w.syncs == 2
+    assert not la.add_display({"msg_id": "other"}, "f", HTML_BUNDLE, "", 0)
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any], str]] = []
+
+    def send(self, socket: Any, msg_type: str, content: Any, parent: Any, ident: Any) -> None:
+        self.sent.append((msg_type, content, parent.get("msg_id")))
+
+
+class FakeKernel:
+    def __init__(self) -> None:
+        self.session = FakeSession()
+        self.iopub_socket = object()
+        self.shell = None
+
+
+def test_in_stream_mode_a_display_follows_the_text_written_before_it() -> None:
+    kernel = FakeKernel()
+    router = OutputRouter(kernel, interval=60.0, mode="stream")  # the thread never sends
+    try:
+        cell = {"msg_id": "c1"}
+        router.handle(cell, OutputRecord("f", "stdout", "before\n", 0, 7))
+        router.handle(cell, OutputRecord("f", DISPLAY_STREAM, json.dumps(HTML_BUNDLE), 0, 7))
+        router.handle(cell, OutputRecord("f", DISPLAY_STREAM, "", 3, 7))
+        router.handle(cell, OutputRecord("f", DISPLAY_STREAM, "not json", 0, 7))
+        assert kernel.session.sent == [
+            ("stream", {"name": "stdout", "text": "(f pid=7) before\n"}, "c1"),
+            ("display_data", {**HTML_BUNDLE, "transient": {}}, "c1"),
+            (
+                "stream",
+                {
+                    "name": "stdout",
+                    "text": "(f pid=7) [... 3 more display outputs folded by the output "
+                    "rate limit ...]\n",
+                },
+                "c1",
+            ),
+        ]
+    finally:
+        router.close()

@@ -174,3 +174,45 @@ def test_a_thread_outside_any_call_writes_to_the_latest_running_call() -> None:
     t.start()
     t.join()
     assert cap.end(slot) == (b"t", sink, [("stdout", "from a user thread\n", 0)])
+
+
+def test_display_outputs_keep_their_place_among_the_prints() -> None:
+    cap = OutputCapture()
+    sink = Sink()
+    assert cap.display('{"data": {}}') is False, "no call runs"
+    slot = cap.begin(b"t", sink)
+    assert cap.running()
+    cap.write("stdout", "before\n")
+    cap.write("stderr", "warned\n")
+    assert cap.display("B1")
+    cap.write("stdout", "between\n")
+    assert cap.display("B2")
+    cap.write("stdout", "after")
+    assert cap.drain() == [
+        (
+            b"t",
+            sink,
+            [
+                ("stdout", "before\n", 0),
+                ("stderr", "warned\n", 0),
+                (output.DISPLAY_STREAM, "B1", 0),
+                ("stdout", "between\n", 0),
+                (output.DISPLAY_STREAM, "B2", 0),
+            ],
+        )
+    ]
+    assert cap.end(slot) == (b"t", sink, [("stdout", "after", 0)])
+    assert not cap.running()
+
+
+def test_displays_beyond_the_limit_are_counted_as_folded() -> None:
+    cap = OutputCapture()
+    slot = cap.begin(b"t", Sink())
+    for i in range(output.MAX_DISPLAYS_PER_FLUSH + 7):
+        assert cap.display(f"B{i}")
+    ((_, _, chunks),) = cap.drain()
+    shown = [c for c in chunks if c[1]]
+    assert [c[1] for c in shown] == [f"B{i}" for i in range(output.MAX_DISPLAYS_PER_FLUSH)]
+    assert chunks[-1] == (output.DISPLAY_STREAM, "", 7)
+    cap.display("next interval")  # the limit is per flush interval
+    assert cap.end(slot)[2] == [(output.DISPLAY_STREAM, "next interval", 0)]

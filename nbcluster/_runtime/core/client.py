@@ -13,6 +13,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import json
 import logging
 import os
 import socket
@@ -36,6 +37,7 @@ from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
+from nbcluster._runtime.worker import display_hook
 from nbcluster.config import Config
 
 log = logging.getLogger(__name__)
@@ -808,6 +810,14 @@ def print_task_output(context: Any, name: str, record: Any) -> None:
     out = sys.stderr if record.stream == "stderr" else sys.stdout
     prefix = f"({name} pid={record.pid}) "
     text = record.text
+    if record.stream == "display":  # a rich display() from the task
+        if text and display_hook.forward(text):
+            return  # on a worker, inside a task: passed on to that task's owner, still rich
+        text = display_text(text, record.dropped_lines)
+        if text:
+            out.write("".join(prefix + line for line in text.splitlines(keepends=True)))
+        out.flush()
+        return
     if text:
         lines = text.splitlines(keepends=True)
         out.write("".join(prefix + line for line in lines))
@@ -818,6 +828,21 @@ def print_task_output(context: Any, name: str, record: Any) -> None:
             f"{prefix}[... {record.dropped_lines} more lines folded by the output rate limit ...]\n"
         )
     out.flush()
+
+
+def display_text(text: str, dropped: int = 0) -> str:
+    """The ``text/plain`` of a display record (JSON ``{"data", "metadata"}``), one line
+    per line, and a note of the display outputs folded by the rate limit."""
+    out = ""
+    if text:
+        try:
+            plain = json.loads(text)["data"]["text/plain"]
+        except (ValueError, KeyError, TypeError):
+            plain = "<display output>"
+        out = str(plain) if str(plain).endswith("\n") else f"{plain}\n"
+    if dropped:
+        out += f"[... {dropped} more display outputs folded by the output rate limit ...]\n"
+    return out
 
 
 def _raise_fd_limit() -> None:

@@ -15,6 +15,13 @@ Outside a task, writes go to the worker's log file.
 Nothing here wakes up on a timer while nothing is written: the first write into empty
 buffers sets a :class:`Wakeup`, and only then does the flusher run (an idle worker
 costs no CPU).
+
+Rich output: ``display(obj)`` in a task (:mod:`.display_hook`) hands the capture a mime
+bundle as JSON text (:meth:`OutputCapture.display`); it goes out as a chunk of the
+``display`` stream (:data:`DISPLAY_STREAM`), after the text the call wrote before it, so
+the notebook shows prints and displays in the order they happened. At most
+``MAX_DISPLAYS_PER_FLUSH`` displays per call and interval go out; the rest are counted
+(a ``display`` chunk with empty text and a dropped count).
 """
 
 from __future__ import annotations
@@ -28,10 +35,15 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from nbcluster._runtime.worker import display_hook
+
 #: Output goes to the notebook at most this often (and only when there is some).
 FLUSH_INTERVAL_S = 0.1
 MAX_LINES_PER_FLUSH = 200
 MAX_CHARS_PER_FLUSH = 64 * 1024
+#: The stream name of rich display output (its text is a JSON ``{"data", "metadata"}``).
+DISPLAY_STREAM = "display"
+MAX_DISPLAYS_PER_FLUSH = 20
 
 
 class _Buffer:
@@ -93,16 +105,38 @@ class Wakeup:
 class _Slot:
     """One running task (or actor call): where its output goes and what is buffered."""
 
-    __slots__ = ("task_id", "sink", "bufs")
+    __slots__ = ("task_id", "sink", "bufs", "queued", "displays", "displays_dropped")
 
     def __init__(self, task_id: bytes, sink: Any) -> None:
         self.task_id = task_id
         self.sink = sink
         self.bufs: dict[str, _Buffer] = {"stdout": _Buffer(), "stderr": _Buffer()}
+        #: Chunks already cut, in order: display outputs and the text written before each.
+        self.queued: list[tuple[str, str, int]] = []
+        self.displays = 0  # display outputs queued since the last drain
+        self.displays_dropped = 0
 
     def drain(self, whole: bool = True) -> list[tuple[str, str, int]]:
         """Take the buffered output; unless ``whole``, an unfinished last line (``print``
         writes the text and its newline separately) waits for its end."""
+        out, self.queued = self.queued, []
+        self.displays = 0
+        out.extend(self._cut(whole))
+        if self.displays_dropped:
+            out.append((DISPLAY_STREAM, "", self.displays_dropped))
+            self.displays_dropped = 0
+        return out
+
+    def add_display(self, text: str) -> None:
+        """Queue a display output after the text written so far (or count it as folded)."""
+        if self.displays >= MAX_DISPLAYS_PER_FLUSH:
+            self.displays_dropped += 1
+            return
+        self.queued.extend(self._cut(True))
+        self.queued.append((DISPLAY_STREAM, text, 0))
+        self.displays += 1
+
+    def _cut(self, whole: bool) -> list[tuple[str, str, int]]:
         out = []
         for name, buf in self.bufs.items():
             if not (buf.parts or buf.dropped):
@@ -198,6 +232,25 @@ class OutputCapture:
             return slot
         return self._latest_locked()
 
+    def running(self) -> bool:
+        """True when a call runs whose output a write from this context would go to."""
+        with self._lock:
+            return self._slot_locked(_current.get()) is not None
+
+    def display(self, text: str) -> bool:
+        """Queue a display output (``text``: a JSON mime bundle) for the call running in
+        this context, after what it wrote so far; False when none runs."""
+        with self._lock:
+            slot = self._slot_locked(_current.get())
+            if slot is None:
+                return False
+            first = not self._dirty
+            self._dirty = True
+            slot.add_display(text)
+        if first:
+            self.wakeup.set()
+        return True
+
     def write(self, name: str, text: str) -> bool:
         """Buffer ``text`` for the call running in this context; False when none runs."""
         with self._lock:
@@ -290,7 +343,8 @@ class _CurrentStderr:
 
 
 def install(capture: OutputCapture) -> None:
-    """Route this process's stdout/stderr (and user ``logging``) through ``capture``."""
+    """Route this process's stdout/stderr (and user ``logging``) through ``capture``, and
+    ``IPython.display.display`` in tasks to the notebook (:mod:`.display_hook`)."""
     import sys
 
     # The current streams (the worker's log file), not sys.__stdout__: replacing the last
@@ -307,3 +361,4 @@ def install(capture: OutputCapture) -> None:
     own = logging.getLogger("nbcluster")
     own.propagate = False
     own.handlers[:] = [logging.StreamHandler(sys.stderr.fallback)]  # type: ignore[attr-defined]
+    display_hook.install(capture)

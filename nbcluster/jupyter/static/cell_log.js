@@ -1,9 +1,12 @@
 // The per-cell log area of nbcluster (anywidget ESM). Task output is shown as text only
-// (textContent), never as HTML: it comes from code that ran elsewhere.
+// (textContent), never as HTML: it comes from code that ran elsewhere. Rich output a task
+// asked for with display() (the "rich" trait: seq -> {data, metadata}) is rendered in its
+// line's place: images and SVG as <img> data URLs, HTML sanitised (no scripts, no event
+// handlers, no javascript: URLs) into a shadow root so its styles stay inside.
 const LEVELS = [
   ["all", "all levels", () => true],
-  ["stdout", "stdout", l => l === "stdout"],
-  ["stderr", "stderr and logging", l => l !== "stdout"],
+  ["stdout", "stdout and display", l => l === "stdout" || l === "display"],
+  ["stderr", "stderr and logging", l => l !== "stdout" && l !== "display"],
   ["warning", "warnings and errors", l => l === "WARNING" || l === "ERROR" || l === "CRITICAL"],
   ["error", "errors", l => l === "ERROR" || l === "CRITICAL"],
 ];
@@ -13,6 +16,71 @@ function option(value, label) {
   o.value = value;
   o.textContent = label;
   return o;
+}
+
+const BLOCKED = new Set([
+  "script", "iframe", "frame", "frameset", "object", "embed", "base", "meta", "link",
+  "animate", "set", "noscript", "template",
+]);
+const URL_ATTRS = new Set(["href", "src", "xlink:href", "action", "formaction", "srcset"]);
+
+function joined(value) {
+  return Array.isArray(value) ? value.join("") : String(value);
+}
+
+// HTML as inert nodes: parsed in a document that runs nothing, then stripped of what could.
+function sanitize(html) {
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  for (const node of Array.from(doc.querySelectorAll("*"))) {
+    if (BLOCKED.has(node.localName.toLowerCase())) {
+      node.remove();
+      continue;
+    }
+    for (const attr of Array.from(node.attributes)) {
+      const name = attr.name.toLowerCase();
+      const value = attr.value.replace(/[\s\u0000-\u001f]/g, "").toLowerCase();
+      // Only links and raster images: no script URLs, no data: documents or SVG.
+      const badUrl = URL_ATTRS.has(name) && (
+        value.startsWith("javascript:") || value.startsWith("vbscript:") ||
+        (value.startsWith("data:") && !/^data:image\/(png|jpeg|gif|webp)[;,]/.test(value))
+      );
+      if (name.startsWith("on") || badUrl) node.removeAttribute(attr.name);
+    }
+  }
+  const styles = Array.from(doc.head.querySelectorAll("style"));
+  return [...styles, ...Array.from(doc.body.childNodes)].map(n => document.importNode(n, true));
+}
+
+function image(src, md) {
+  const img = document.createElement("img");
+  img.src = src;
+  if (md && md.width) img.width = md.width;
+  if (md && md.height) img.height = md.height;
+  return img;
+}
+
+function renderBundle(bundle) {
+  const data = bundle.data || {};
+  const meta = bundle.metadata || {};
+  const box = document.createElement("div");
+  box.className = "nbcluster-log-rich";
+  if (data["text/html"] !== undefined) {
+    box.attachShadow({ mode: "open" }).append(...sanitize(joined(data["text/html"])));
+  } else if (data["image/svg+xml"] !== undefined) {
+    const svg = joined(data["image/svg+xml"]);
+    box.append(image(`data:image/svg+xml;charset=utf-8,${encodeURIComponent(svg)}`, meta["image/svg+xml"]));
+  } else {
+    const mime = ["image/png", "image/jpeg", "image/gif"].find(m => data[m] !== undefined);
+    if (mime) {
+      box.append(image(`data:${mime};base64,${joined(data[mime]).replace(/\s/g, "")}`, meta[mime]));
+    } else {
+      const pre = document.createElement("pre");
+      const text = ["text/markdown", "text/latex"].find(m => data[m] !== undefined);
+      pre.textContent = text ? joined(data[text]) : JSON.stringify(data["application/json"], null, 2);
+      box.append(pre);
+    }
+  }
+  return box;
 }
 
 function render({ model, el }) {
@@ -36,6 +104,7 @@ function render({ model, el }) {
   body.className = "nbcluster-log-body";
   el.append(head, body);
 
+  const rendered = new Map(); // seq -> the element of a rich output (kept across draws)
   let sourcesKey = "";
   function drawSources() {
     const sources = model.get("sources") || [];
@@ -60,7 +129,24 @@ function render({ model, el }) {
       ([, name, , lvl]) => (!source.value || name === source.value) && keepLevel(lvl)
     );
     const atBottom = body.scrollTop + body.clientHeight >= body.scrollHeight - 4;
-    body.textContent = shown.map(l => l[4]).join("");
+    const rich = model.get("rich") || {};
+    for (const seq of Array.from(rendered.keys())) if (!(seq in rich)) rendered.delete(seq);
+    const nodes = [];
+    let run = "";
+    for (const line of shown) {
+      const bundle = line[3] === "display" ? rich[String(line[0])] : undefined;
+      if (bundle === undefined) {
+        run += line[4];
+        continue;
+      }
+      if (run) nodes.push(document.createTextNode(run));
+      run = "";
+      const seq = String(line[0]);
+      if (!rendered.has(seq)) rendered.set(seq, renderBundle(bundle));
+      nodes.push(rendered.get(seq));
+    }
+    if (run) nodes.push(document.createTextNode(run));
+    body.replaceChildren(...nodes);
     if (atBottom) body.scrollTop = body.scrollHeight;
     const total = model.get("total") || 0;
     let text = `nbcluster log: ${total} line${total === 1 ? "" : "s"}`;
@@ -78,7 +164,7 @@ function render({ model, el }) {
   });
   source.addEventListener("change", draw);
   level.addEventListener("change", draw);
-  for (const name of ["lines", "folded", "collapsed", "sources", "total"]) {
+  for (const name of ["lines", "folded", "collapsed", "sources", "total", "rich"]) {
     model.on(`change:${name}`, draw);
   }
   draw();

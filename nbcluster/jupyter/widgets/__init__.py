@@ -6,7 +6,8 @@ subscription to the head's pushed event stream, handed out a few times a second 
 when a widget is created, never by ``import nbcluster``. Every widget has a text/plain
 repr, so it reads well where widgets do not render.
 
-- :class:`Timeline` — a lane per worker, a bar per task attempt, a colour per function.
+- :class:`Timeline` — a lane per worker, a bar per task attempt, a colour per function, a
+  picker of the cell whose work it shows.
 - :class:`Resources` — CPU, GPU, memory and custom resources in use per node.
 - :class:`ObjectStore` — store use per node over time, and the largest objects this
   notebook owns with the variables that hold them.
