@@ -31,6 +31,7 @@ __all__ = [
     "ActorError",
     "ActorUnavailableError",
     "ActorUnschedulableError",
+    "AsyncioActorExit",
     "AuthenticationError",
     "GetTimeoutError",
     "HeadUnavailableError",
@@ -290,7 +291,9 @@ class TaskError(NbclusterError):
         if cause is None:
             return self
         cause_cls = type(cause)
-        if not issubclass(cause_cls, Exception) or issubclass(cause_cls, NbclusterError):
+        if not issubclass(cause_cls, Exception) or (
+            issubclass(cause_cls, NbclusterError) and not issubclass(cause_cls, TaskCancelledError)
+        ):  # a cancelled running call is both, as Ray's RayTaskError(TaskCancelledError)
             return self
         if isinstance(self, cause_cls):
             return self
@@ -502,6 +505,11 @@ class TaskCancelledError(NbclusterError):
 
 
 # --------------------------------------------------------------------------- actors
+
+
+class AsyncioActorExit(NbclusterError):
+    """Raised in an async actor's call by ``nbcluster.actor.exit_actor()``: the actor ends
+    once its running calls finish (Ray's name). Do not catch it."""
 
 
 class ActorError(NbclusterError):
