@@ -454,6 +454,8 @@ def test_cancelling_a_running_sync_actor_call_only_sets_is_canceled(
         started = tmp_path / "started"
         ref = actor.wait_for_cancel.remote(str(started))
         poll_for(started.exists, timeout=30, message="the call never started")
+        with pytest.raises(ValueError, match=r"^force=True is not supported for actor tasks"):
+            nbcluster.cancel(ref, force=True)
         nbcluster.cancel(ref)
         assert nbcluster.get(ref, timeout=30) == "saw is_canceled()"
     finally:
