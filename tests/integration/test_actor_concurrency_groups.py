@@ -9,7 +9,8 @@ event loops) a call ran on name its group.
 Also: ``@nbcluster.method`` bare and with options; ``enable_task_events=False``;
 ``nbcluster.actor.exit_actor()`` and ``sys.exit()`` in a method (Ray's intended vs
 unexpected exit, and restarts); cancelling actor calls; and calls on the handle of an
-actor whose owner actor was killed.
+actor whose owner actor was killed; the per-call options through a client-mode
+(``nbcluster://``) driver.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import atexit
 import collections
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -504,3 +506,47 @@ def test_a_call_after_kill_fails_at_once(shared_cluster: Any) -> None:
     nbcluster.kill(child)
     with pytest.raises(ActorDiedError, match=r"killed with nbcluster\.kill\(\)"):
         nbcluster.get(child.ping.remote(), timeout=30)
+
+
+CLIENT_SCRIPT = """
+import sys, threading
+import nbcluster
+
+nbcluster.init("nbcluster://" + sys.argv[1])
+
+@nbcluster.remote(concurrency_groups={"io": 1})
+class Svc:
+    @nbcluster.method(concurrency_group="io")
+    def io(self):
+        return threading.current_thread().name
+
+    def default(self):
+        return threading.current_thread().name
+
+s = Svc.remote()
+got = nbcluster.get(
+    [s.io.remote(), s.default.options(concurrency_group="io").remote(), s.default.remote()],
+    timeout=60,
+)
+print(" ".join(name.rsplit("_", 1)[0] for name in got))
+try:
+    s.default.options(concurrency_group="disk")
+except ValueError as e:
+    print("refused:", e)
+nbcluster.kill(s)
+nbcluster.shutdown()
+"""
+
+
+def test_groups_and_per_call_options_work_in_client_mode(shared_cluster: Any) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", CLIENT_SCRIPT, shared_cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "actor-io actor-io actor-default"
+    assert lines[1].startswith("refused: Svc.default.options(concurrency_group='disk')")
