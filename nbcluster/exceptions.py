@@ -550,9 +550,11 @@ class ActorDiedError(ActorError):
         pid: int | None = None,
         hostname: str | None = None,
         preempted: bool = False,
+        exited: bool = False,
     ) -> None:
         super().__init__(None, actor_id=actor_id)
         self.args = (actor_id,) if actor_id is not None else ()
+        self.exited = exited  # it ended itself on purpose (exit_actor() or sys.exit(0))
         self.actor_init_failed = actor_init_failed
         self.reason = reason
         self.cause = cause
@@ -595,6 +597,11 @@ class ActorDiedError(ActorError):
                 "Every call to this actor fails; fix __init__ and create a new actor.\n"
                 f"{detail}"
             ).rstrip()
+        if getattr(self, "exited", False):
+            return (
+                f"The actor ended itself before finishing this task{ident}. Reason: "
+                f"{self.reason}. It is not restarted; create a new actor to go on."
+            )
         text = f"The actor died unexpectedly before finishing this task{ident}."
         if self.preempted:
             text += " Its node was drained (preempted)."

@@ -380,4 +380,5 @@ def _death_error(info: pb.ActorInfo) -> BaseException:
         class_name=info.class_name,
         name=info.name or None,
         pid=info.worker_pid or None,
+        exited=info.death_kind == "exited",
     )

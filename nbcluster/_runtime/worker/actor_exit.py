@@ -61,12 +61,12 @@ def request(executor: Executor, spec: pb.TaskSpec, raised: BaseException) -> Exi
         intended = value == 0
         code = 0 if intended else (value if isinstance(value, int) else 1)
         how = f"sys.exit({'' if value is None else repr(value)}) was called"
-    kind = "it exited intentionally" if intended else "it exited"
     error = exc.ActorDiedError(
         executor.actor_id.hex(),
-        reason=f"{kind}: {how} in {spec.function_name}",
+        reason=f"{how} in {spec.function_name}",
         pid=os.getpid(),
         hostname=executor.client.hostname(),
+        exited=intended,
     )
     return ExitRequest(spec.task_id, intended, code, error)
 

@@ -318,3 +318,13 @@ def test_after_kill_the_caller_holds_the_actor_and_its_descendants_dead_at_once(
     c2 = _conn(sub2, b"c", "w:2", owner="w:1")
     sub2._killed(b"p", no_restart=False)
     assert p2.state == pb.ActorInfo.ALIVE and c2.state == pb.ActorInfo.DEAD
+
+
+def test_an_actor_that_ended_itself_says_so_and_survives_pickling() -> None:
+    err = exc.ActorDiedError("ab", reason="exit_actor() was called in stop", exited=True)
+    again = cloudpickle.loads(cloudpickle.dumps(err))
+    assert str(again) == (
+        "The actor ended itself before finishing this task (actor_id=ab). Reason: "
+        "exit_actor() was called in stop. It is not restarted; create a new actor to go on."
+    )
+    assert "died unexpectedly" in str(exc.ActorDiedError("ab", reason="its node died"))
