@@ -7,7 +7,7 @@ is internal. Importing this package starts nothing and reads no configuration:
 
 import importlib
 
-from nbcluster import cloudpickle, dag, exceptions, runtime_context, util
+from nbcluster import actor, cloudpickle, dag, exceptions, runtime_context, util
 from nbcluster._actor import ActorClass, ActorHandle, ActorMethod, get_actor, kill, method
 from nbcluster._api import (
     ClusterInfo,
@@ -83,6 +83,7 @@ __all__ = [
     "RemoteFunction",
     "RuntimeContext",
     "__version__",
+    "actor",
     "available_resources",
     "cancel",
     "cloudpickle",

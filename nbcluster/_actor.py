@@ -9,13 +9,18 @@ detached one lives until it is killed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import cloudpickle
 
 from nbcluster import exceptions as exc
 from nbcluster import options as _options
+from nbcluster._actor_methods import (
+    check_call_group,
+    check_concurrency_groups,
+    method,
+    method_meta,
+)
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import _CODE_GENERATION
 from nbcluster._runtime import context
@@ -31,33 +36,6 @@ __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method", "get_actor", "k
 C = TypeVar("C")
 
 
-def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Callable[[Any], Any]:
-    """Set options of one actor method: ``@nbcluster.method(num_returns=2)``."""
-    if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 0:
-        raise ValueError(f"num_returns must be an integer >= 0, got {num_returns!r}")
-
-    def deco(fn: Any) -> Any:
-        fn.__nbcluster_num_returns__ = num_returns
-        return fn
-
-    return deco
-
-
-def _method_meta(cls: type) -> dict[str, dict[str, Any]]:
-    meta: dict[str, dict[str, Any]] = {}
-    for name, member in inspect.getmembers(cls):
-        if name.startswith("__") and name not in ("__call__",):
-            continue
-        if not callable(member):
-            continue
-        fn = getattr(member, "__func__", member)
-        meta[name] = {
-            "num_returns": getattr(fn, "__nbcluster_num_returns__", 1),
-            "is_async": inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn),
-        }
-    return meta
-
-
 class ActorClass(Generic[C]):
     """A class whose instances live in the cluster: create one with ``Cls.remote(...)``."""
 
@@ -65,7 +43,8 @@ class ActorClass(Generic[C]):
         self._cls = cls
         self._options = options
         self._name = cls.__qualname__
-        self._meta = _method_meta(cls)
+        self._meta = method_meta(cls)
+        check_concurrency_groups(self._name, self._meta, options.concurrency_groups)
         self._is_async = any(m["is_async"] for m in self._meta.values())
         self._payload: bytes | None = None
         self._function_id = b""
@@ -83,7 +62,15 @@ class ActorClass(Generic[C]):
 
     def options(self, **overrides: Any) -> _ActorOptionsWrapper[C]:
         """Override actor options (``name=``, ``lifetime=``, ``num_cpus=``...) for one creation."""
-        return _ActorOptionsWrapper(self, self._options.merge(where="options", **overrides))
+        return _ActorOptionsWrapper(self, self._merged(self._options, overrides))
+
+    def _merged(
+        self, opts: _options.ActorOptions, overrides: dict[str, Any]
+    ) -> _options.ActorOptions:
+        merged = opts.merge(where="options", **overrides)
+        if "concurrency_groups" in overrides:  # the methods' groups must still exist
+            check_concurrency_groups(self._name, self._meta, merged.concurrency_groups)
+        return merged
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         """A lazy :class:`~nbcluster.dag.ClassNode`: an actor created when the DAG executes."""
@@ -165,6 +152,7 @@ class ActorClass(Generic[C]):
         spec.actor_creation = True
         spec.is_async = self._is_async
         spec.max_concurrency = opts.max_concurrency or 0
+        spec.concurrency_groups.update(opts.concurrency_groups or {})
         spec.namespace = namespace
         spec.runtime_env = runtime_env_driver.for_submit(  # issue 17: the actor's environment
             client, opts.runtime_env, client.submit_context() if client.submit_context else None
@@ -192,6 +180,7 @@ class ActorClass(Generic[C]):
             "max_task_retries": opts.max_task_retries,
             "max_pending_calls": opts.max_pending_calls,
             "function_id": fid,
+            "concurrency_groups": dict(opts.concurrency_groups or {}),
         }
         from nbcluster._remote import resolve_strategy
 
@@ -254,16 +243,23 @@ class _ActorOptionsWrapper(Generic[C]):
 
     def options(self, **overrides: Any) -> _ActorOptionsWrapper[C]:
         """Override more options."""
-        return _ActorOptionsWrapper(self._ac, self._options.merge(where="options", **overrides))
+        return _ActorOptionsWrapper(self._ac, self._ac._merged(self._options, overrides))
 
 
 class ActorMethod:
     """``handle.method``: call it with ``.remote(...)``."""
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
+    def __init__(
+        self,
+        handle: ActorHandle,
+        name: str,
+        num_returns: int,
+        call_options: dict[str, Any] | None = None,
+    ) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
+        self._call_options = call_options or {}  # concurrency_group, enable_task_events
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -280,16 +276,36 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Queue a call on the actor; return its ref(s) at once."""
-        return self._handle._call(self._name, args, kwargs, self._num_returns)
+        return self._handle._call(self._name, args, kwargs, self._num_returns, **self._call_options)
 
     def options(self, *, num_returns: int | None = None, **rest: Any) -> ActorMethod:
-        """Override ``num_returns`` for one call."""
-        if rest:
+        """Override ``num_returns``, ``concurrency_group`` or ``enable_task_events`` for a call.
+
+        ``concurrency_group`` must be one of the actor's ``concurrency_groups``; a name it
+        does not define raises ``ValueError`` here.
+        """
+        unknown = sorted(set(rest) - {"concurrency_group", "enable_task_events"})
+        if unknown:
             raise ValueError(
-                f"invalid option(s) for an actor method: {', '.join(rest)}; valid: num_returns"
+                f"invalid option(s) for an actor method: {', '.join(unknown)}; valid: "
+                "num_returns, concurrency_group, enable_task_events"
             )
+        call_options = dict(self._call_options)
+        if "concurrency_group" in rest:
+            meta = self._handle._meta
+            check_call_group(meta["class_name"], self._name, rest["concurrency_group"], meta)
+            call_options["concurrency_group"] = rest["concurrency_group"]
+        if "enable_task_events" in rest:
+            if not isinstance(rest["enable_task_events"], bool):
+                raise TypeError(
+                    f"enable_task_events must be True or False, got {rest['enable_task_events']!r}"
+                )
+            call_options["enable_task_events"] = rest["enable_task_events"]
         return ActorMethod(
-            self._handle, self._name, self._num_returns if num_returns is None else num_returns
+            self._handle,
+            self._name,
+            self._num_returns if num_returns is None else num_returns,
+            call_options,
         )
 
     def __repr__(self) -> str:
@@ -408,11 +424,27 @@ class ActorHandle:
             pass
 
     def _call(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], num_returns: int
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        num_returns: int,
+        *,
+        concurrency_group: str | None = None,
+        enable_task_events: bool | None = None,
     ) -> Any:
         client = self._client or context.require_client()
+        call_options = {
+            k: v
+            for k, v in (
+                ("concurrency_group", concurrency_group),
+                ("enable_task_events", enable_task_events),
+            )
+            if v is not None
+        }
         if getattr(client, "mode", "") == "client":
-            return client.actor_call(self, name, args, kwargs, num_returns)
+            return client.actor_call(self, name, args, kwargs, num_returns, call_options)
+        method_opts = self._meta["methods"].get(name, {})
         from nbcluster._remote import serialize_call_args
 
         sv, dep_refs = serialize_call_args(client, name, args, kwargs)
@@ -432,12 +464,18 @@ class ActorHandle:
             retry_exceptions=False,
         )
         rec.spec.actor_id = self._actor_id
+        rec.spec.concurrency_group = concurrency_group or method_opts.get("concurrency_group") or ""
+        if enable_task_events is None:
+            enable_task_events = method_opts.get("enable_task_events", True)
+        rec.spec.disable_task_events = not enable_task_events
         rec.actor = True
         rec.key = None
         rec.resources = {}
         rec.strategy = "DEFAULT"
         rec.return_ids = return_ids
-        rec.retries_left = self._meta.get("max_task_retries", 0)
+        rec.retries_left = method_opts.get(
+            "max_task_retries", self._meta.get("max_task_retries", 0)
+        )
         rec.dep_ids = [r.binary() for r in dep_refs]
         rec.nested_ids = [r.binary() for r in sv.contained_refs]
         if client.submit_context is not None:
@@ -515,3 +553,6 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         )
     except RpcError as err:
         raise to_exception(err, Peer.HEAD, "KillActor") from None
+    # Calls made from now on fail at once (on the I/O loop, before any later call is queued):
+    # the actor's, and those of the actors it created, which the head ended with it.
+    client.actor_submitter.killed(actor._actor_id, no_restart)

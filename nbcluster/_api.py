@@ -489,6 +489,10 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     A queued task never runs; a running one gets ``KeyboardInterrupt`` (``force=True``
     kills its worker instead). ``get`` on it raises :class:`TaskCancelledError`.
     Cancelled tasks are not retried. Only the process that submitted the task can cancel it.
+
+    An actor call (Ray's rules): a queued one never runs; a running async one gets
+    ``asyncio.CancelledError`` at its ``await``; a running sync one is not interrupted, it
+    only sees ``get_runtime_context().is_canceled()`` turn True. ``force=True`` is refused.
     """
     client = context.require_client()
     if not isinstance(object_ref, ObjectRef):
@@ -498,6 +502,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
         return
     if object_ref.owner_address != client.address:
         raise ValueError("only the process that submitted a task can cancel it")
+    rec = client.submitter.tasks.get(object_ref.task_id())
+    if force and rec is not None and rec.actor:  # Ray: actors keep state; kill the actor
+        raise ValueError(
+            "force=True is not supported for actor tasks: cancel the call without force, "
+            "or end the whole actor with nbcluster.kill(actor)"
+        )
     client.submitter.cancel(object_ref.task_id(), force)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "ActorError",
     "ActorUnavailableError",
     "ActorUnschedulableError",
+    "AsyncioActorExit",
     "AuthenticationError",
     "GetTimeoutError",
     "HeadUnavailableError",
@@ -290,7 +291,9 @@ class TaskError(NbclusterError):
         if cause is None:
             return self
         cause_cls = type(cause)
-        if not issubclass(cause_cls, Exception) or issubclass(cause_cls, NbclusterError):
+        if not issubclass(cause_cls, Exception) or (
+            issubclass(cause_cls, NbclusterError) and not issubclass(cause_cls, TaskCancelledError)
+        ):  # a cancelled running call is both, as Ray's RayTaskError(TaskCancelledError)
             return self
         if isinstance(self, cause_cls):
             return self
@@ -504,6 +507,11 @@ class TaskCancelledError(NbclusterError):
 # --------------------------------------------------------------------------- actors
 
 
+class AsyncioActorExit(NbclusterError):
+    """Raised in an async actor's call by ``nbcluster.actor.exit_actor()``: the actor ends
+    once its running calls finish (Ray's name). Do not catch it."""
+
+
 class ActorError(NbclusterError):
     """Base class of the errors that mean an actor could not run a call.
 
@@ -542,9 +550,11 @@ class ActorDiedError(ActorError):
         pid: int | None = None,
         hostname: str | None = None,
         preempted: bool = False,
+        exited: bool = False,
     ) -> None:
         super().__init__(None, actor_id=actor_id)
         self.args = (actor_id,) if actor_id is not None else ()
+        self.exited = exited  # it ended itself on purpose (exit_actor() or sys.exit(0))
         self.actor_init_failed = actor_init_failed
         self.reason = reason
         self.cause = cause
@@ -587,6 +597,11 @@ class ActorDiedError(ActorError):
                 "Every call to this actor fails; fix __init__ and create a new actor.\n"
                 f"{detail}"
             ).rstrip()
+        if getattr(self, "exited", False):
+            return (
+                f"The actor ended itself before finishing this task{ident}. Reason: "
+                f"{self.reason}. It is not restarted; create a new actor to go on."
+            )
         text = f"The actor died unexpectedly before finishing this task{ident}."
         if self.preempted:
             text += " Its node was drained (preempted)."

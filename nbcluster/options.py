@@ -174,6 +174,23 @@ def _normalize_retry_exceptions(value: object) -> bool | tuple[type[BaseExceptio
     return tuple(value)
 
 
+def _normalize_concurrency_groups(value: object) -> FrozenResources | None:
+    """``{group name: max calls at once}`` (names non-empty strings, limits ints >= 1)."""
+    if value is None:
+        return None
+    rule = (
+        "concurrency_groups must be a dict of group name to the most calls that group runs "
+        "at once, such as {'io': 2, 'compute': 4}"
+    )
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{rule}, got {_describe(value)}")
+    for name, limit in value.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{rule}; group names must be non-empty strings, got {name!r}")
+        _check_int(f"concurrency_groups[{name!r}]", limit, 1)
+    return value if isinstance(value, FrozenResources) else FrozenResources(value)
+
+
 def _check_keys(
     kwargs: Mapping[str, object],
     valid: frozenset[str],
@@ -311,6 +328,11 @@ class ActorOptions:
     """``"DEFAULT"``, ``"SPREAD"``, or a strategy object (node affinity, placement group)."""
     runtime_env: FrozenRuntimeEnv | None = None
     """Ray's ``runtime_env`` for the actor's process (see :class:`TaskOptions`)."""
+    concurrency_groups: Mapping[str, int] | None = None
+    """Ray's concurrency groups, ``{"io": 2, "compute": 4}``: each group runs at most that
+    many of its methods' calls at once, on its own threads (or event loop, for an async
+    actor); methods join one with ``@nbcluster.method(concurrency_group=...)``. Other
+    calls run in the default group, limited by ``max_concurrency``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "runtime_env", normalize_runtime_env(self.runtime_env))
@@ -335,6 +357,9 @@ class ActorOptions:
         _check_max_pending_calls(self.max_pending_calls)
         object.__setattr__(
             self, "scheduling_strategy", _normalize_strategy(self.scheduling_strategy)
+        )
+        object.__setattr__(
+            self, "concurrency_groups", _normalize_concurrency_groups(self.concurrency_groups)
         )
 
     def merge(self, *, where: Where = "options", **kwargs: Any) -> ActorOptions:

@@ -315,6 +315,7 @@ ACCEPTED = [
     pytest.param({"max_concurrency": 3}, id="max_concurrency"),
     pytest.param({"max_pending_calls": 5}, id="max_pending_calls"),
     pytest.param({"scheduling_strategy": "SPREAD"}, id="scheduling_strategy"),
+    pytest.param({"concurrency_groups": {"io": 2}}, id="concurrency_groups"),
 ]
 
 
@@ -351,7 +352,8 @@ BAD_ACTOR_OPTIONS = [
     pytest.param(
         {"colour": "red"},
         ValueError,
-        r"Invalid option 'colour' for an actor class\. Valid options: get_if_exists, lifetime, "
+        r"Invalid option 'colour' for an actor class\. Valid options: concurrency_groups, "
+        r"get_if_exists, lifetime, "
         r"max_concurrency, max_pending_calls, max_restarts, max_task_retries, memory, name, "
         r"namespace, num_cpus, num_gpus, resources, runtime_env, scheduling_strategy\.",
         id="unknown-key",

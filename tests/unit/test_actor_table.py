@@ -470,3 +470,43 @@ def test_restored_dead_actors_need_nothing_and_free_their_name(table: ActorTable
     fresh = ActorTable()
     assert fresh.restore(_copy(table.actors[b"a1"]), now=5.0) == []
     assert fresh.lookup("n", "ns") is None
+
+
+def test_killing_an_owner_actor_ends_the_actors_it_created_at_once(table: ActorTable) -> None:
+    """Ray's owner fate-sharing: the head ends an owner's actors in the same step as the
+    owner (not when its process's death report arrives), and theirs in turn."""
+    owner = alive(table, b"owner", b"w1")
+    alive(table, b"child", b"w2", owner=owner.address, max_restarts=-1)
+    alive(table, b"grandchild", b"w3", owner=table.actors[b"child"].address)
+    alive(table, b"detached-child", b"w4", owner=owner.address, detached=True)
+    ins = table.kill(b"owner", True, "it was killed with nbcluster.kill()", now=3.0)
+    for worker in (b"w1", b"w2", b"w3"):
+        assert StopWorker(NODE_ADDR, worker) in ins
+    assert StopWorker(NODE_ADDR, b"w4") not in ins
+    assert not any(isinstance(i, Place) for i in ins)  # owned actors are not restarted
+    for aid in (b"child", b"grandchild"):
+        rec = table.actors[aid]
+        assert rec.state == DEAD and rec.death_kind == "owner_died" and Changed(aid) in ins
+    assert table.actors[b"detached-child"].state == ALIVE
+
+
+def test_an_owner_killed_with_restarts_allowed_still_ends_its_actors(table: ActorTable) -> None:
+    owner = alive(table, b"owner", b"w1", max_restarts=1)
+    alive(table, b"child", b"w2", owner=owner.address)
+    ins = table.kill(b"owner", False, "killed", now=2.0)
+    assert StopWorker(NODE_ADDR, b"w1") in ins and StopWorker(NODE_ADDR, b"w2") in ins
+    assert table.actors[b"child"].state == DEAD
+    assert table.actors[b"owner"].state == ALIVE  # its death report drives the restart
+
+
+def test_an_actor_that_exits_itself_is_dead_for_good_and_ends_its_own_process(
+    table: ActorTable,
+) -> None:
+    """exit_actor() / sys.exit(0): the worker reports kind "exited" and then exits by
+    itself (after its atexit handlers), so the head does not stop it."""
+    alive(table, b"a1", b"w1", max_restarts=-1)
+    ins = table.kill(b"a1", True, "it exited: exit_actor() was called", now=4.0, kind="exited")
+    assert not any(isinstance(i, (StopWorker, Place)) for i in ins) and Changed(b"a1") in ins
+    rec = table.actors[b"a1"]
+    assert rec.state == DEAD and rec.death_kind == "exited"
+    assert table.worker_died(b"w1", "exit code 0", now=5.0) == []  # no restart follows

@@ -75,6 +75,10 @@ class ActorSubmitter:
             self.pending_counts[aid] += 1
         self.client.submitter.submit(rec)  # dependency resolution is shared with tasks
 
+    def killed(self, actor_id: bytes, no_restart: bool) -> None:
+        """``nbcluster.kill`` returned (thread-safe): calls made after it fail at once."""
+        self.client.call_soon(self._killed, actor_id, no_restart)
+
     def release_when_idle(self, actor_id: bytes) -> None:
         """The last handle in the owner went away: end the actor once its calls are done."""
         self.client.call_soon(self._release_when_idle, actor_id)
@@ -244,6 +248,63 @@ class ActorSubmitter:
         conn.inflight.clear()
         conn.queue.clear()
 
+    def _killed(self, actor_id: bytes, no_restart: bool) -> None:
+        """The head ended the actor (and, having stopped its process, every non-detached
+        actor it created, and theirs): treat them as dead here too, so a call made after
+        ``kill`` returned fails at once rather than racing the head's news."""
+        conn = self.conns.get(actor_id)
+        if conn is None or conn.state == DEAD:
+            return
+        address = conn.address or (conn.info.address if conn.info is not None else "")
+        if no_restart:
+            self._dead(
+                conn,
+                exc.ActorDiedError(
+                    actor_id.hex(),
+                    reason="it was killed with nbcluster.kill()",
+                    class_name=conn.info.class_name if conn.info is not None else None,
+                ),
+            )
+        owners = {address} if address else set()
+        while owners:  # the actors it owned die with it (owner fate-sharing), transitively
+            children = [
+                c
+                for c in self.conns.values()
+                if c.state != DEAD
+                and c.info is not None
+                and not c.info.detached
+                and c.info.owner_address in owners
+            ]
+            owners = {c.address or c.info.address for c in children if c.info is not None} - {""}
+            for child in children:
+                self._dead(
+                    child,
+                    exc.ActorDiedError(
+                        child.actor_id.hex(),
+                        reason="the actor that created it (its owner) was killed",
+                        class_name=child.info.class_name if child.info is not None else None,
+                    ),
+                )
+
+    def cancel(self, rec: TaskRecord) -> None:
+        """``nbcluster.cancel`` on an actor call (loop): a queued call fails now with
+        ``TaskCancelledError``; a call sent to the actor is cancelled there (an async actor's
+        call gets ``asyncio.CancelledError``; a sync one sees ``is_canceled()``), and its
+        reply says how it ended."""
+        conn = self.conns.get(rec.spec.actor_id)
+        if conn is not None and rec.task_id in conn.inflight:
+            if conn.address:
+                self.client.loop.create_task(self._cancel_remote(conn.address, rec.task_id))
+            return
+        # Not sent yet: _pump drops it from the queue (and counts it) when it reaches it.
+        self.client.submitter._fail(rec, exc.TaskCancelledError(rec.task_id.hex()))
+
+    async def _cancel_remote(self, address: str, task_id: bytes) -> None:
+        with contextlib.suppress(RpcError):
+            await self.client.core(address).CancelTask(
+                pb.CancelTaskRequest(task_id=task_id), timeout=10
+            )
+
     def _complete(self, rec: TaskRecord, reply: pb.TaskReply) -> None:
         self._count_done(rec)
         self.client.submitter._complete(rec, reply)
@@ -319,4 +380,5 @@ def _death_error(info: pb.ActorInfo) -> BaseException:
         class_name=info.class_name,
         name=info.name or None,
         pid=info.worker_pid or None,
+        exited=info.death_kind == "exited",
     )

@@ -755,6 +755,9 @@ class Submitter:
         rec.cancelled = True
         rec.force_cancel = force
         rec.retries_left = 0
+        if rec.actor:  # the actor's queue, or the actor itself, decides (Ray's semantics)
+            self.client.actor_submitter.cancel(rec)
+            return
         lease = rec.lease
         if lease is not None and task_id in lease.inflight:
             self.client.loop.create_task(self._cancel_remote(lease, task_id, force))

@@ -258,14 +258,17 @@ class ActorTable:
         if rec is None or rec.state == DEAD:
             return []
         out: list[ActorInstruction] = []
-        if rec.worker_id:
+        if rec.worker_id and kind != "exited":  # an actor that exits itself ends its process
             out.append(StopWorker(rec.node_address, rec.worker_id))
+        # Its process ends: the actors it created end with it now (Ray's owner fate-sharing),
+        # so a call on their handles made after this kill fails at once.
+        owned = self.owner_gone(owner_address=rec.address, now=now) if rec.address else []
         if no_restart:
             self._die(rec, kind, reason, now)
             rec.address, rec.worker_id = "", b""
-            return [*out, self._bump(rec)]
+            return [*out, self._bump(rec), *owned]
         # a kill that allows restarts: the worker death report drives the restart
-        return out
+        return [*out, *owned]
 
     def owner_gone(
         self, owner_address: str = "", job_id: bytes = b"", now: float = 0.0

@@ -184,9 +184,16 @@ class ProxyClient:
         return dataclasses.replace(opts, runtime_env=env)
 
     def actor_call(
-        self, handle: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], n: int
+        self,
+        handle: Any,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        n: int,
+        call_options: dict[str, Any] | None = None,
     ) -> Any:
-        return self.call("actor_call", (handle._actor_id, handle._meta, method, args, kwargs, n))
+        payload = (handle._actor_id, handle._meta, method, args, kwargs, n, call_options or {})
+        return self.call("actor_call", payload)
 
     def stop(self) -> None:
         if self.closed:

@@ -210,10 +210,11 @@ class ProxyService(pb_grpc.ClientProxyServicer):
     def _actor_call(
         self,
         s: Session,
-        args: tuple[bytes, dict[str, Any], str, tuple[Any, ...], dict[str, Any], int],
+        args: tuple[Any, ...],
     ) -> Any:
-        actor_id, meta, method, a, kw, n = args
-        return self._handle(s, actor_id, meta)._call(method, a, kw, n)
+        actor_id, meta, method, a, kw, n = args[:6]
+        call_options = args[6] if len(args) > 6 else {}  # concurrency_group, enable_task_events
+        return self._handle(s, actor_id, meta)._call(method, a, kw, n, **call_options)
 
     def _get_actor(self, s: Session, args: tuple[str, str | None]) -> ActorHandle:
         h = nbcluster.get_actor(args[0], namespace=args[1])

@@ -34,6 +34,9 @@ from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
 from nbcluster._runtime.task_events import RunningAttempts, error_info
+from nbcluster._runtime.worker import actor_exit
+from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
+from nbcluster._runtime.worker.concurrency import group_limits
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
@@ -212,12 +215,17 @@ class Executor:
         self.actor_resources: dict[str, float] = {}  # granted at creation, kept by its calls
         self.actor_gpu_ids: list[int] = []
         self.actor_runner: Any = None  # set for threaded or async actors
+        self.actor_calls: ActorCallRunner | None = None  # their concurrency groups
+        self.exit_request: actor_exit.ExitRequest | None = None  # the actor ends itself
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: tuple[str, str] = ("", "")
 
     # -- called on the I/O loop ------------------------------------------------------------
     def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+        if self.exit_request is not None and self.exit_request.intended and spec.actor_id:
+            stream.replies.put_nowait(actor_exit.refused(self, spec))  # it ends itself
+            return
         with self._lock:
             if self.blocked:
                 stream.replies.put_nowait(self._requeue_reply(spec))
@@ -239,6 +247,9 @@ class Executor:
             return any(st is stream for _, st in self.pending.values())
 
     def cancel(self, task_id: bytes) -> None:
+        if self.actor_id:  # an actor call is never interrupted (Ray): see cancel_call
+            cancel_call(self, task_id)
+            return
         with self._lock:
             if task_id == self.running:
                 self.cancelled.add(task_id)
@@ -247,6 +258,13 @@ class Executor:
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
             elif task_id in self.pending:
                 self.cancelled.add(task_id)
+
+    def drain_pending(self) -> list[tuple[pb.TaskSpec, _Stream]]:
+        """Take every queued, not started call (the actor is exiting)."""
+        with self._lock:
+            drained = list(self.pending.values())
+            self.pending.clear()
+        return drained
 
     # -- called by the task's thread while it blocks in get/wait ----------------------------
     def requeue_pending(self) -> None:
@@ -301,6 +319,8 @@ class Executor:
                     self.running = b""
                     self.running_stream = None
                     self.cancelled.discard(spec.task_id)
+                if self.exit_request is not None:
+                    actor_exit.finish(self, stream, reply)  # the actor ended itself
                 stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
                 if reply.worker_exiting:
                     self.requeue_pending()
@@ -384,11 +404,11 @@ class Executor:
         self.actor = instance
         self.actor_id = spec.actor_id
         self.actor_capture = (spec.capture_pg, True) if spec.capture_pg else None
-        concurrency = spec.max_concurrency or (1000 if spec.is_async else 1)
-        if spec.is_async:
-            self._start_async_runner(concurrency)
-        elif concurrency > 1:
-            self._start_thread_runner(concurrency)
+        if spec.is_async or spec.max_concurrency > 1 or spec.concurrency_groups:
+            limits = group_limits(spec.concurrency_groups, spec.max_concurrency, spec.is_async)
+            self.actor_calls = ActorCallRunner(self, limits, spec.is_async)
+            self.actor_runner = self.actor_calls.submit
+            self.actor_loop = self.actor_calls.default_loop
         reply.end_time = time.time()
         return reply
 
@@ -405,51 +425,6 @@ class Executor:
         task_id, _, rest = self.output.end(slot)
         if rest:
             stream.loop.call_soon_threadsafe(stream.send_logs, task_id, rest)
-
-    def _run_one(self, spec: pb.TaskSpec, stream: _Stream) -> None:
-        reply = self._captured(spec, stream, self.execute)
-        stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
-
-    def _start_thread_runner(self, concurrency: int) -> None:
-        pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="actor")
-        self.actor_runner = lambda spec, stream: pool.submit(self._run_one, spec, stream)
-
-    def _start_async_runner(self, concurrency: int) -> None:
-        try:
-            import uvloop
-
-            loop = uvloop.new_event_loop()
-        except ImportError:
-            loop = asyncio.new_event_loop()
-        self.actor_loop = loop
-        threading.Thread(target=loop.run_forever, name="actor-loop", daemon=True).start()
-        sem_holder: list[asyncio.Semaphore] = []
-
-        async def make_sem() -> None:
-            sem_holder.append(asyncio.Semaphore(concurrency))
-
-        asyncio.run_coroutine_threadsafe(make_sem(), loop).result()
-        sem = sem_holder[0]
-
-        async def run(spec: pb.TaskSpec, stream: _Stream) -> None:
-            async with sem:
-                # this asyncio task's context: its prints are this call's output
-                slot = self.output.begin(spec.task_id, stream)
-                try:
-                    reply = await self.execute_async(spec)
-                finally:
-                    self._end_output(slot, stream)
-            stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
-
-        tasks: set[asyncio.Task[None]] = set()  # strong refs until each call ends
-
-        def spawn(spec: pb.TaskSpec, stream: _Stream) -> None:
-            task = loop.create_task(run(spec, stream))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-        # one hand-off to the actor's loop per call (no concurrent future to complete)
-        self.actor_runner = lambda spec, stream: loop.call_soon_threadsafe(spawn, spec, stream)
 
     def _sync_wrapper(self, method: Any) -> Any:
         """Run a coroutine method to completion on the actor's loop (sync callers)."""
@@ -492,6 +467,8 @@ class Executor:
                 await asyncio.to_thread(self._add_returns, returns, reply, spec.owner_address)
             else:
                 self._add_returns(returns, reply, spec.owner_address)
+        except (SystemExit, exc.AsyncioActorExit) as e:
+            self._exit_raised(spec, e, reply)
         except BaseException as e:  # noqa: BLE001 - user code raised; report it
             err = exc.TaskError.from_exception(
                 e,
@@ -559,6 +536,8 @@ class Executor:
                     self._error_returns(spec, exc.TaskCancelledError(spec.task_id.hex()), reply)
                 else:
                     raise
+            except (SystemExit, exc.AsyncioActorExit) as e:
+                self._exit_raised(spec, e, reply)
             except BaseException as e:  # noqa: BLE001 - user code raised; report it
                 err = exc.TaskError.from_exception(
                     e, name, pid=os.getpid(), hostname=client.hostname(), task_id=spec.task_id.hex()
@@ -580,6 +559,18 @@ class Executor:
             with contextlib.suppress(Exception):
                 client.run(client.register_borrows(pending_borrows), timeout=10)
         return reply
+
+    def _exit_raised(self, spec: pb.TaskSpec, e: BaseException, reply: pb.TaskReply) -> None:
+        """``sys.exit()`` or ``exit_actor()`` in user code: an actor ends (see actor_exit);
+        in a task it is the task's error, as any exception."""
+        if spec.actor_id and not spec.actor_creation:
+            self.exit_request = actor_exit.request(self, spec, e)
+            self._error_returns(spec, self.exit_request.error, reply)
+            return
+        err = exc.TaskError.from_exception(
+            e, spec.function_name, hostname=self.client.hostname(), task_id=spec.task_id.hex()
+        )
+        self._error_returns(spec, err, reply)
 
     def _retryable(self, spec: pb.TaskSpec, error: BaseException) -> bool:
         if not spec.retry_exceptions:
@@ -649,6 +640,8 @@ class Executor:
         self.events_ready.set()  # the flush a second from now reports it if still running
 
     def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
+        if spec.disable_task_events:  # enable_task_events=False (Ray's per-method option)
+            return
         ev = pb.TaskEvent(
             task_id=spec.task_id,
             job_id=spec.job_id,
