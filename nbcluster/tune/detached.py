@@ -159,7 +159,7 @@ class DetachedRun:
             try:
                 snap = nbcluster.get(self._handle.snapshot.remote(seq), timeout=_CALL_TIMEOUT_S)
             except (ActorError, GetTimeoutError):
-                self._handle = None
+                self._await_end()  # it died: its name is released once the head knows
                 break
             self._trials = cloudpickle.loads(snap["trials"])
             by_id = {t.trial_id: t for t in self._trials}
@@ -181,10 +181,13 @@ class DetachedRun:
         return True
 
     def _await_end(self) -> None:
-        """The run is over: wait for its actor to end itself (it first saves the state)."""
+        """The run is over: wait until its actor has ended (it saves the state first) and
+        its name is free again."""
         deadline = time.monotonic() + _END_TIMEOUT_S
         while time.monotonic() < deadline:
-            if find_live_run(self.name) is None:
+            try:
+                nbcluster.get_actor(self.actor_name, namespace=NAMESPACE)
+            except ValueError:
                 break
             time.sleep(0.05)
         self._handle = None
@@ -226,7 +229,7 @@ class DetachedRun:
             try:
                 nbcluster.get(self._handle.stop.remote(), timeout=_CALL_TIMEOUT_S)
             except (ActorError, GetTimeoutError):
-                self._handle = None
+                self._await_end()
         if self._handle is not None:
             reporter = Reporter(self._metric, self._mode, verbose=0, file=io.StringIO())
             if not self._watch(reporter, timeout):

@@ -228,6 +228,32 @@ def test_stopping_a_detached_run_ends_its_trials_and_its_actor(
         assert iterations == list(range(1, len(iterations) + 1))  # resumed, not restarted
 
 
+def test_a_killed_controller_takes_its_runners_and_the_run_can_be_restored(
+    driver: LocalCluster, tmp_path: Any
+) -> None:
+    gate = str(tmp_path / "gate")
+    run_config = tune.RunConfig(name="crashing", storage_path=str(tmp_path), verbose=0)
+    space = {"x": tune.grid_search([1, 2]), "gate": gate}
+    run = tune.Tuner(endless_trainable, param_space=space, run_config=run_config).fit_detached()
+
+    def both_checkpointed() -> bool:
+        trials = run._fetch_trials()
+        return len(trials) == 2 and all(t.latest_checkpoint for t in trials)
+
+    poll_for(both_checkpointed, 60, 0.1, f"the trials did not checkpoint: {run.status()}")
+    runner_pids = {int(t.last_result["pid"]) for t in run._fetch_trials()}
+    controller_pid = nbcluster.get(run._handle.info.remote())["pid"]
+    os.kill(controller_pid, signal.SIGKILL)
+    with pytest.raises(tune.TuneError, match=r"died before the run ended; continue it with Tuner"):
+        run.get_results(timeout=120, verbose=0)
+    assert run.status()["state"] == "DIED" and _controller_gone("crashing")
+    poll_for(lambda: not any(map(_alive, runner_pids)), 30, 0.05, "runners outlived their owner")
+
+    open(gate, "w").close()
+    final = tune.Tuner.restore(run.experiment_path, endless_trainable).fit()
+    assert final.num_terminated == 2 and final.num_errors == 0
+
+
 def test_bad_input_fails_clearly_and_leaves_nothing_running(
     driver: LocalCluster, tmp_path: Any
 ) -> None:
