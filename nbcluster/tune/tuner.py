@@ -45,7 +45,7 @@ from nbcluster.tune.search.searcher import (
 )
 from nbcluster.tune.search.variant_generator import validate_space
 from nbcluster.tune.stopper import make_stopper
-from nbcluster.tune.trainable.util import TrainableInfo, _WithParameters, inspect_trainable
+from nbcluster.tune.trainable.util import TrainableInfo, inspect_trainable
 
 __all__ = ["Tuner"]
 
@@ -302,7 +302,9 @@ class Tuner:
         The returned :class:`~nbcluster.tune.DetachedRun` shows the live widget and
         returns the :class:`ResultGrid` (``get_results()``), or stops the run (``stop()``);
         from another driver or after a restart, ``tune.attach(name)`` gives the same
-        handle. The actor ends itself when the run ends.
+        handle. The actor ends itself when the run ends. Objects passed with
+        ``tune.with_parameters`` are put again by the controller, so they outlive this
+        driver too.
 
         Ray Tune has no such method (a detached search there is a job:
         ``ray job submit``); ``fit()`` is unchanged.
@@ -316,13 +318,6 @@ class Tuner:
             raise TuneError(
                 "Tuner.fit_detached(): this Tuner already ran fit() in this process; continue it "
                 "detached with Tuner.restore(path, trainable).fit_detached()"
-            )
-        fn = self._info.trainable
-        if isinstance(fn, _WithParameters) or getattr(fn, "_tune_parameter_refs", None):
-            raise TuneError(
-                "Tuner.fit_detached(): tune.with_parameters objects are owned by this driver and "
-                "would be lost when it exits; load them inside the trainable instead (e.g. from "
-                "a file on storage every node can read), or use fit()"
             )
         self._check_fits(nbcluster.cluster_resources())
         self._experiment_path = self._experiment_path or self._resolve_experiment_path()

@@ -75,14 +75,16 @@ def _controller_gone(name: str) -> bool:
     return False
 
 
-def gated_trainable(config: dict[str, Any]) -> None:
-    """Reports 4 times; waits for ``config['gate']`` to exist before the third report."""
+def gated_trainable(config: dict[str, Any], offset: list[int] | None = None) -> None:
+    """Reports 4 times; waits for ``config['gate']`` to exist before the third report.
+    ``offset`` (``tune.with_parameters``) is added to the score."""
     for i in range(4):
         if i == 2:
             deadline = time.monotonic() + 120
             while not os.path.exists(config["gate"]) and time.monotonic() < deadline:
                 time.sleep(0.02)
-        tune.report({"score": config["x"] * (i + 1), "pid": os.getpid()})
+        extra = sum(offset) if offset is not None else 0
+        tune.report({"score": config["x"] * (i + 1) + extra, "pid": os.getpid()})
 
 
 def endless_trainable(config: dict[str, Any]) -> None:
@@ -119,8 +121,10 @@ DRIVER = textwrap.dedent(
             return os.getpid()
 
     canary = Canary.remote()
+    # with_parameters: this driver puts the object; the run needs it after the driver is gone
+    trainable = tune.with_parameters(cloudpickle.loads(bytes.fromhex(trainable)), offset=[60, 40])
     tuner = tune.Tuner(
-        cloudpickle.loads(bytes.fromhex(trainable)),
+        trainable,
         param_space={"x": tune.grid_search([1, 2, 3, 4]), "gate": gate},
         tune_config=tune.TuneConfig(metric="score", mode="max"),
         run_config=tune.RunConfig(name="outlives", storage_path=storage, verbose=0),
@@ -171,6 +175,7 @@ def test_a_detached_run_outlives_its_driver_and_another_driver_gets_every_trial(
     assert len(grid) == 4 and grid.num_errors == 0 and grid.num_terminated == 4
     assert sorted(r.config["x"] for r in grid) == [1, 2, 3, 4]
     assert all(r.metrics["training_iteration"] == 4 for r in grid)
+    assert sorted(r.metrics["score"] for r in grid) == [104, 108, 112, 116]
     assert all(len(r.metrics_dataframe) == 4 for r in grid)
     assert grid.get_best_result().config["x"] == 4
     assert grid.experiment_path == started["path"]
@@ -273,9 +278,6 @@ def test_bad_input_fails_clearly_and_leaves_nothing_running(
     rc = tune.RunConfig(name="bad", storage_path=str(tmp_path), verbose=0)
     with pytest.raises(tune.TuneError, match=r"cannot be sent to its controller actor"):
         tune.Tuner(unpicklable, run_config=rc).fit_detached()
-    with_params = tune.with_parameters(gated_trainable, data=list(range(10)))
-    with pytest.raises(tune.TuneError, match=r"tune.with_parameters objects are owned by this"):
-        tune.Tuner(with_params, run_config=rc).fit_detached()
     too_big = tune.with_resources(gated_trainable, {"CPU": 64})
     with pytest.raises(tune.TuneError, match=r"Each trial needs"):
         tune.Tuner(too_big, run_config=rc).fit_detached()

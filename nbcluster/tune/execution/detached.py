@@ -34,6 +34,7 @@ from nbcluster.exceptions import NbclusterError
 from nbcluster.train._fileio import atomic_write_text
 from nbcluster.tune._display import REFRESH_S, Reporter
 from nbcluster.tune.experiment.trial import Trial
+from nbcluster.tune.trainable.util import _WithParameters
 
 __all__ = [
     "NAMESPACE",
@@ -136,11 +137,29 @@ class RecordingReporter(Reporter):
             return {"trials": self._blob, "events": events, "seq": self._seq, "note": self._note}
 
 
+def _own_parameters(trainable: Any) -> None:
+    """Re-put the objects of ``tune.with_parameters`` from this actor.
+
+    The driver that called ``with_parameters`` owns them, and they go when it exits; it is
+    alive while this actor is being created (``fit_detached`` waits for it), so the values
+    are fetched now and put again, owned by the controller, which outlives the driver.
+    """
+    refs = getattr(trainable, "_tune_parameter_refs", None)
+    if refs is None and isinstance(trainable, _WithParameters):
+        refs = trainable.refs
+    if not refs:
+        return
+    values = nbcluster.get(list(refs.values()))
+    # In place: the wrapper's closure and its attribute share this dict.
+    refs.update({name: nbcluster.put(v) for name, v in zip(list(refs), values, strict=True)})
+
+
 class TuneControllerActor:
     """Runs one Tuner's ``fit()`` inside a detached actor (see the module docstring)."""
 
     def __init__(self, payload: bytes, actor_name: str) -> None:
         self._tuner = cloudpickle.loads(payload)
+        _own_parameters(self._tuner._info.trainable)
         self._name = actor_name
         self._path: str = self._tuner._experiment_path
         self._reporter = RecordingReporter(
