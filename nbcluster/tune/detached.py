@@ -90,8 +90,8 @@ class DetachedRun:
         return True
 
     def status(self) -> dict[str, Any]:
-        """How the run is doing: ``state`` (RUNNING, FINISHED, STOPPED, ERROR) and counts by
-        trial status."""
+        """How the run is doing: ``state`` (RUNNING; when it ended: FINISHED, STOPPED,
+        ERROR, or DIED if its controller died first) and the number of trials by status."""
         trials = self._fetch_trials()
         counts: dict[str, int] = {}
         for t in trials:
@@ -200,8 +200,10 @@ class DetachedRun:
         self._trials = trials
         if reporter is not None:
             reporter.finish(trials)
-        grid = self._grid(trials)
         status = read_status(self.experiment_path) or {}
+        grid = ResultGrid(
+            trials, self.experiment_path, self._metric, self._mode, status.get("stop_reason", "")
+        )
         if status.get("state") == "ERROR":
             raise TuneError(
                 f"The detached run {self.name!r} failed: {status.get('error_type')}: "

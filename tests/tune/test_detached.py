@@ -215,7 +215,7 @@ def test_stopping_a_detached_run_ends_its_trials_and_its_actor(
     runner_pids = {int(t.last_result["pid"]) for t in run._fetch_trials()}
 
     grid = run.stop(timeout=120)
-    assert len(grid) == 2 and grid.num_errors == 0
+    assert len(grid) == 2 and grid.num_errors == 0 and grid.stop_reason == "stopped"
     assert {r.metrics["training_iteration"] > 0 for r in grid} == {True}
     assert run.status()["state"] == "STOPPED"
     assert [t.status for t in run._saved_trials()] == ["PAUSED", "PAUSED"]

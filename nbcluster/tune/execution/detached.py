@@ -216,24 +216,24 @@ class TuneControllerActor:
             return
         self._running.set()
         self._idle_timer.cancel()
-        error: dict[str, str] = {}
+        ending: dict[str, str] = {}
         try:
             self._status()
             self._tuner._fit(reporter=self._reporter, on_driver=self._on_driver)
             ctrl = self._tuner._controller
-            self._state = (
-                "STOPPED" if ctrl is not None and ctrl.stopping == "interrupted" else "FINISHED"
-            )
+            stopping = ctrl.stopping if ctrl is not None else ""
+            self._state = "STOPPED" if stopping == "interrupted" else "FINISHED"
+            ending["stop_reason"] = "stopped" if stopping == "interrupted" else stopping
         except BaseException as e:  # the run's error goes to the watchers, then the actor ends
             self._state = "ERROR"
-            error = {
+            ending = {
                 "error_type": type(e).__name__,
                 "error": str(e),
                 "traceback": "".join(traceback.format_exception(e)),
             }
         finally:
             try:
-                self._status(ended=time.time(), **error)
+                self._status(ended=time.time(), **ending)
             finally:
                 self._reporter.finished = True
                 self._exit()
