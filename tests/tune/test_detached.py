@@ -233,6 +233,30 @@ def test_stopping_a_detached_run_ends_its_trials_and_its_actor(
         assert iterations == list(range(1, len(iterations) + 1))  # resumed, not restarted
 
 
+def test_fit_on_a_restored_tuner_attaches_to_the_live_run(
+    driver: LocalCluster, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = str(tmp_path / "gate")
+    run_config = tune.RunConfig(name="reattach", storage_path=str(tmp_path), verbose=0)
+    space = {"x": tune.grid_search([1, 2]), "gate": gate}
+    run = tune.Tuner(gated_trainable, param_space=space, run_config=run_config).fit_detached()
+    poll_for(lambda: tune.Tuner.can_restore(run.experiment_path), 30, 0.05, "no state saved")
+    watched: list[str] = []
+    get_results = tune.DetachedRun.get_results
+
+    def watch(self: tune.DetachedRun, *args: Any, **kwargs: Any) -> tune.ResultGrid:
+        watched.append(self.name)
+        open(gate, "w").close()  # the trials finish only once fit() is watching the live run
+        return get_results(self, *args, **kwargs)
+
+    monkeypatch.setattr(tune.DetachedRun, "get_results", watch)
+    restored = tune.Tuner.restore(run.experiment_path, gated_trainable)
+    grid = restored.fit()
+    assert watched == ["reattach"] and restored._controller is None  # no second controller
+    assert grid.num_terminated == 2 and all(len(r.metrics_dataframe) == 4 for r in grid)
+    assert _controller_gone("reattach")
+
+
 def test_a_killed_controller_takes_its_runners_and_the_run_can_be_restored(
     driver: LocalCluster, tmp_path: Any
 ) -> None:
