@@ -21,6 +21,10 @@ Trials run in runner actors on the cluster (one trial at a time per runner, reus
 trials); a controller in the driver consults the search algorithm and the scheduler at
 each result. ``fit()`` shows a live table and chart in a notebook, survives interrupts
 (call ``fit()`` again to continue), and saves the experiment for ``Tuner.restore``.
+
+``Tuner.fit_detached()`` runs the same controller in a detached actor instead, so the
+search goes on when the kernel restarts or the driver exits; ``tune.attach(name)``
+returns a :class:`DetachedRun` to watch it (``get_results()``) or stop it (``stop()``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     "Callback": "nbcluster.tune.callback",
     "Checkpoint": "nbcluster.train",
+    "DetachedRun": "nbcluster.tune.detached",
     "CheckpointConfig": "nbcluster.train",
     "FailureConfig": "nbcluster.train",
     "Result": "nbcluster.tune.result_grid",
@@ -46,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "TuneContext": "nbcluster.tune._session",
     "TuneError": "nbcluster.tune.error",
     "Tuner": "nbcluster.tune.tuner",
+    "attach": "nbcluster.tune.detached",
     "choice": "nbcluster.tune.search.sample",
     "get_checkpoint": "nbcluster.train",
     "get_context": "nbcluster.tune._session",
@@ -73,6 +79,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "DetachedRun",
     "FailureConfig",
     "Result",
     "ResultGrid",
@@ -83,6 +90,7 @@ __all__ = [
     "TuneContext",
     "TuneError",
     "Tuner",
+    "attach",
     "choice",
     "get_checkpoint",
     "get_context",
@@ -137,6 +145,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from nbcluster.tune._config import TuneConfig
     from nbcluster.tune._session import TuneContext, get_context
     from nbcluster.tune.callback import Callback
+    from nbcluster.tune.detached import DetachedRun, attach
     from nbcluster.tune.error import TuneError
     from nbcluster.tune.result_grid import Result, ResultGrid
     from nbcluster.tune.search.sample import (

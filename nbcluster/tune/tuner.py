@@ -17,11 +17,13 @@ import copy
 import datetime
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import nbcluster
 from nbcluster.tune._config import RunConfig, TuneConfig
-from nbcluster.tune._display import make_reporter
+from nbcluster.tune._display import Reporter, make_reporter
+from nbcluster.tune.detached import DetachedRun, find_live_run, start_detached
 from nbcluster.tune.error import TuneError
 from nbcluster.tune.execution.controller import ControllerSettings, TuneController
 from nbcluster.tune.execution.driver import ExperimentDriver
@@ -278,7 +280,76 @@ class Tuner:
 
         Raises :class:`TuneError` if the experiment cannot run, if a result lacks the
         metric, or if every trial failed (its ``result_grid`` holds what ran).
+
+        On a Tuner from :meth:`restore` whose experiment a detached controller is still
+        running (:meth:`fit_detached`), ``fit()`` attaches to that run instead: it shows
+        its progress and returns its :class:`ResultGrid` when it ends.
         """
+        if not nbcluster.is_initialized():
+            nbcluster.init()
+        live = self._live_detached_run()
+        if live is not None:
+            return live.get_results()
+        return self._fit()
+
+    def fit_detached(self) -> DetachedRun:
+        """Start the experiment in a detached controller actor and return a handle to it.
+
+        The controller (the same one ``fit()`` runs in the driver) runs in an actor with
+        ``lifetime="detached"`` and 0 CPUs, named after the experiment
+        (``RunConfig(name=)``), so the search goes on when the notebook's kernel restarts
+        or this driver exits. Trials, storage and ``Tuner.restore`` are as with ``fit()``.
+        The returned :class:`~nbcluster.tune.DetachedRun` shows the live widget and
+        returns the :class:`ResultGrid` (``get_results()``), or stops the run (``stop()``);
+        from another driver or after a restart, ``tune.attach(name)`` gives the same
+        handle. The actor ends itself when the run ends. Objects passed with
+        ``tune.with_parameters`` are put again by the controller, so they outlive this
+        driver too.
+
+        Ray Tune has no such method (a detached search there is a job:
+        ``ray job submit``); ``fit()`` is unchanged.
+        """
+        if not nbcluster.is_initialized():
+            nbcluster.init()
+        live = self._live_detached_run()
+        if live is not None:
+            return live
+        if self._controller is not None:
+            raise TuneError(
+                "Tuner.fit_detached(): this Tuner already ran fit() in this process; continue it "
+                "detached with Tuner.restore(path, trainable).fit_detached()"
+            )
+        self._check_fits(nbcluster.cluster_resources())
+        self._experiment_path = self._experiment_path or self._resolve_experiment_path()
+        return start_detached(self, self._run_config.name or "", self._experiment_path)
+
+    def _live_detached_run(self) -> DetachedRun | None:
+        """The detached run of this experiment, if its controller is alive.
+
+        A restored Tuner attaches to it; a new Tuner on the same folder is an error (two
+        controllers would write one experiment)."""
+        name = self._run_config.name
+        if not name:
+            return None
+        path = self._experiment_path or os.path.join(self._run_config.resolved_storage_path(), name)
+        live = find_live_run(name)
+        if live is None or os.path.abspath(live.experiment_path) != os.path.abspath(path):
+            return None
+        if self._restored_state is None:
+            raise TuneError(
+                f"The experiment {path} is being run by a detached controller; watch it with "
+                f"tune.attach({name!r}) (its .stop() ends it), or name this Tuner differently "
+                "(RunConfig(name=))"
+            )
+        return live
+
+    def _fit(
+        self,
+        reporter: Reporter | None = None,
+        on_driver: Callable[[ExperimentDriver], None] | None = None,
+    ) -> ResultGrid:
+        """``fit()`` here, showing progress with ``reporter`` (default: the widget or text);
+        ``on_driver`` gets the driver before it runs (the detached controller's stop hook)."""
         if not nbcluster.is_initialized():
             nbcluster.init()
         total = nbcluster.cluster_resources()
@@ -313,7 +384,8 @@ class Tuner:
         self._storage.save_tuner(self._tuner_state())
         rc = self._run_config
         verbose = 1 if rc.verbose is None else rc.verbose
-        reporter = make_reporter(verbose, self._metric, self._mode, self._experiment_path)
+        if reporter is None:
+            reporter = make_reporter(verbose, self._metric, self._mode, self._experiment_path)
         trainable_ref = nbcluster.put(self._info.trainable)
         driver = ExperimentDriver(
             self._controller,
@@ -325,6 +397,8 @@ class Tuner:
             callbacks=rc.callbacks,
             actor_resources=self._info.actor_resources,
         )
+        if on_driver is not None:
+            on_driver(driver)
         driver.run()
         ctrl = self._controller
         grid = ResultGrid(

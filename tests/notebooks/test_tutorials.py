@@ -358,6 +358,19 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"^4 of 4 trials finished$",
             r"^trials that started over: 0$",
         ],
+        "check-detached": [r"^controller running: True$"],
+        "check-attach": [
+            WIDGET,
+            r"^4 of 4 trials finished$",
+            r"^controller running: False$",
+        ],
+        "check-detached-stop": [
+            WIDGET,
+            r"Stopped watching; the detached run goes on",
+            r"^run: STOPPED, trials: 2, finished: 0$",
+            r"^controller running: False$",
+            r"^can restore: True$",
+        ],
         "check-stop": [STOPPED],
     },
     "12_serve": {

@@ -372,6 +372,23 @@ def test_owner_gone_by_job_kills_the_jobs_non_detached_actors(table: ActorTable)
     assert table.actors[b"j2"].state == ALIVE
 
 
+def test_at_a_jobs_end_actors_owned_by_its_detached_actors_stay(table: ActorTable) -> None:
+    """Ray's ownership: a detached actor's children share its fate, not the job's (a
+    detached Tune controller's trial runners go on after the driver that started it)."""
+    ctrl = alive(table, b"ctrl", b"w1", detached=True)
+    alive(table, b"runner", b"w2", owner=ctrl.address)
+    grandchild_owner = table.actors[b"runner"].address
+    alive(table, b"grandchild", b"w3", owner=grandchild_owner)
+    alive(table, b"plain", b"w4")
+    table.owner_gone(job_id=JOB, now=5.0)
+    assert table.actors[b"plain"].state == DEAD
+    assert table.actors[b"runner"].state == ALIVE
+    assert table.actors[b"grandchild"].state == ALIVE
+    # ...until their detached owner's process ends
+    table.owner_gone(owner_address=ctrl.address, now=6.0)
+    assert table.actors[b"runner"].state == DEAD
+
+
 def test_owner_gone_with_neither_address_nor_job_does_nothing(table: ActorTable) -> None:
     alive(table, b"a1", b"w1")
     assert table.owner_gone(now=1.0) == []

@@ -273,13 +273,17 @@ class ActorTable:
     def owner_gone(
         self, owner_address: str = "", job_id: bytes = b"", now: float = 0.0
     ) -> list[ActorInstruction]:
-        """The creator of non-detached actors died (or its job ended): they die too."""
+        """The creator of non-detached actors died (or its job ended): they die too.
+
+        At a job's end, actors created by a live detached actor (or by their children)
+        stay: they share their owner's fate, not the job's (Ray's ownership)."""
         out: list[ActorInstruction] = []
+        kept = self._detached_owned_addresses() if job_id else set()
         for rec in list(self.actors.values()):
             if rec.detached or rec.state == DEAD:
                 continue
             if (owner_address and rec.owner_address == owner_address) or (
-                job_id and rec.job_id == job_id
+                job_id and rec.job_id == job_id and rec.owner_address not in kept
             ):
                 out += self.kill(
                     rec.actor_id,
@@ -289,6 +293,17 @@ class ActorTable:
                     "owner_died",
                 )
         return out
+
+    def _detached_owned_addresses(self) -> set[str]:
+        """Addresses of live detached actors and of the live actors they own, transitively."""
+        live = [r for r in self.actors.values() if r.state != DEAD and r.address]
+        kept = {r.address for r in live if r.detached}
+        grew = True
+        while grew:
+            more = {r.address for r in live if r.owner_address in kept} - kept
+            grew = bool(more)
+            kept |= more
+        return kept
 
     def _die(self, rec: ActorRecord, kind: str, cause: str, now: float) -> None:
         rec.state = DEAD
