@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -14,6 +16,7 @@ from nbcluster.data._block import (
     compact,
     concat,
     iter_rows,
+    pickled_bytes,
     rows_to_block,
     unify_schemas_or_raise,
 )
@@ -96,6 +99,48 @@ def test_compact_drops_unused_buffers() -> None:
         14,
     ]
     assert compact(big) is big
+
+
+def _pickled_size(table: pa.Table) -> int:
+    """Bytes the object store holds for ``table``: its pickle and out-of-band buffers."""
+    buffers: list[pickle.PickleBuffer] = []
+    meta = pickle.dumps(table, protocol=5, buffer_callback=buffers.append)
+    return len(meta) + sum(memoryview(b).nbytes for b in buffers)
+
+
+def test_compact_chunks_that_share_one_buffer() -> None:
+    # What a parquet scan returns: batches cut from one decoded row group. Each chunk
+    # pickles with the whole shared buffer, so the block would be stored at 8x its size.
+    whole = pa.table({"x": np.arange(800_000), "y": np.arange(800_000) * 0.5})
+    table = pa.Table.from_batches(whole.to_batches(max_chunksize=100_000))
+    assert table.column("x").num_chunks == 8
+    assert pickled_bytes(table.column("x")) > 7 * table.column("x").nbytes
+    assert _pickled_size(table) > 7 * table.nbytes
+    out = compact(table)
+    assert _pickled_size(out) < table.nbytes * 1.01 + 4096
+    assert out.equals(table)
+    # Chunks that own their buffers are left as they are.
+    separate = pa.concat_tables([compact(whole.slice(0, 400_000)), compact(whole.slice(400_000))])
+    assert compact(separate) is separate
+
+
+def test_parquet_blocks_are_stored_at_their_size(tmp_path: pytest.TempPathFactory) -> None:
+    path = tmp_path / "one_group.parquet"  # type: ignore[operator]
+    n = 600_000  # one row group, larger than the scanner's default batch (131,072 rows)
+    pq.write_table(pa.table({"a": np.arange(n), "b": np.random.default_rng(0).random(n)}), path)
+    tasks, _ = parquet_read_tasks(
+        str(path),
+        filesystem=None,
+        columns=None,
+        filter=None,
+        override_num_blocks=1,
+        min_blocks=1,
+        min_block_size=1,
+    )
+    (block,) = list(tasks[0]())
+    assert block.num_rows == n
+    assert _pickled_size(block) < block.nbytes * 1.01 + 4096
+    assert compact(block) is block  # nothing to copy
 
 
 def test_union_schema_check_names_the_column() -> None:
