@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from nbcluster.data._all_to_all import _sort_table
 from nbcluster.data._block import (
     batch_to_block,
     block_to_batch,
@@ -141,6 +142,36 @@ def test_parquet_blocks_are_stored_at_their_size(tmp_path: pytest.TempPathFactor
     assert block.num_rows == n
     assert _pickled_size(block) < block.nbytes * 1.01 + 4096
     assert compact(block) is block  # nothing to copy
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_table_is_arrows_stable_sort(descending: bool) -> None:
+    rng = np.random.default_rng(7)
+    n = 2000
+    distinct = rng.random(n)
+    cases = {
+        "distinct": distinct,
+        "ties": np.round(distinct, 1),
+        "signed zeros": np.where(distinct < 0.5, -0.0, 0.0),
+        "nan": np.where(distinct < 0.1, np.nan, distinct),
+        "nulls": pa.array(np.where(distinct < 0.1, None, distinct).tolist(), type=pa.float64()),
+        "float32": distinct.astype(np.float32),
+        "ints": rng.integers(0, 10, n),
+    }
+    for name, key in cases.items():
+        chunks = [slice(0, 700), slice(700, 701), slice(701, n)]
+        table = pa.concat_tables(
+            [pa.table({"key": key[c], "row": np.arange(n)[c]}) for c in chunks]
+        )
+        want = table.sort_by([("key", "descending" if descending else "ascending", "at_end")])
+        got = _sort_table(table, ["key"], [descending])
+        # Rows are numbered: the same row order is the same table (NaN != NaN in equals).
+        assert got.column("row").equals(want.column("row")), name
+        assert got.schema == want.schema and got.num_rows == n
+    two = pa.table({"a": np.round(distinct, 1), "b": distinct, "row": np.arange(n)})
+    want = two.sort_by([("a", "descending" if descending else "ascending"), ("b", "ascending")])
+    assert _sort_table(two, ["a", "b"], [descending, False]).equals(want)
+    assert _sort_table(two.slice(0, 0), ["a"], [descending]).num_rows == 0
 
 
 def test_union_schema_check_names_the_column() -> None:
