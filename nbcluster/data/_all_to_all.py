@@ -39,6 +39,7 @@ from nbcluster.data._block import (
     compact,
     concat,
     metadata_of,
+    partition_order,
 )
 from nbcluster.data._datasource import group_units
 from nbcluster.data._logical import AllToAll, RefBundle
@@ -62,22 +63,11 @@ def _sort_keys(keys: Sequence[str], descending: Sequence[bool]) -> list[tuple[st
     ]
 
 
-def _small_ints(values: np.ndarray, n: int) -> np.ndarray:
-    """``values`` (in ``[0, n)``) in the smallest unsigned type that holds them: numpy's
-    stable argsort is a radix sort for 8- and 16-bit integers (several times faster)."""
-    if n <= 1 << 8:
-        return values.astype(np.uint8, copy=False)
-    if n <= 1 << 16:
-        return values.astype(np.uint16, copy=False)
-    return values
-
-
 def _parts(table: pa.Table, part_of_row: np.ndarray, n: int) -> tuple[pa.Table, ...]:
     """``table`` cut into ``n`` tables by ``part_of_row`` (one copy of the rows in all)."""
     if not table.num_rows:
         return tuple(table for _ in range(n))
-    part_of_row = _small_ints(part_of_row, n)
-    order = np.argsort(part_of_row, kind="stable")
+    order = partition_order(part_of_row, n)
     counts = np.bincount(part_of_row, minlength=n)
     bounds = np.cumsum(counts)[:-1]
     # One take per part: each copies only its own rows (a slice of one big take would be

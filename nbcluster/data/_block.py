@@ -33,6 +33,7 @@ __all__ = [
     "empty_block",
     "iter_rows",
     "metadata_of",
+    "partition_order",
     "pickled_bytes",
     "RowView",
     "row_views",
@@ -404,6 +405,20 @@ def concat(tables: Sequence[pa.Table]) -> pa.Table:
     if all(t.schema == first for t in tables[1:]):
         return pa.concat_tables(tables)
     return pa.concat_tables(tables, promote_options="default")
+
+
+def partition_order(part_of_row: np.ndarray, n: int) -> np.ndarray:
+    """Row indices grouped by partition (``part_of_row`` in ``[0, n)``), rows in their
+    order within each partition.
+
+    The ids are narrowed to 8 or 16 bits first: numpy's stable argsort is a radix sort for
+    those (about ten times faster than for int64 ids), and gives the same order.
+    """
+    if n <= 1 << 8:
+        part_of_row = part_of_row.astype(np.uint8, copy=False)
+    elif n <= 1 << 16:
+        part_of_row = part_of_row.astype(np.uint16, copy=False)
+    return np.argsort(part_of_row, kind="stable")
 
 
 def slice_block(table: pa.Table, start: int, end: int) -> pa.Table:

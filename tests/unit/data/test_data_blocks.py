@@ -17,6 +17,7 @@ from nbcluster.data._block import (
     compact,
     concat,
     iter_rows,
+    partition_order,
     pickled_bytes,
     rows_to_block,
     unify_schemas_or_raise,
@@ -172,6 +173,12 @@ def test_sort_table_is_arrows_stable_sort(descending: bool) -> None:
     want = two.sort_by([("a", "descending" if descending else "ascending"), ("b", "ascending")])
     assert _sort_table(two, ["a", "b"], [descending, False]).equals(want)
     assert _sort_table(two.slice(0, 0), ["a"], [descending]).num_rows == 0
+
+
+@pytest.mark.parametrize("n", [1, 7, 256, 257, 70_000])
+def test_partition_order_is_a_stable_grouping(n: int) -> None:
+    part = np.random.default_rng(n).integers(0, n, size=5000)
+    assert np.array_equal(partition_order(part, n), np.argsort(part, kind="stable"))
 
 
 def test_union_schema_check_names_the_column() -> None:
