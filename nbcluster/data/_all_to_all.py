@@ -187,7 +187,7 @@ def _distinct_float_order(table: pa.Table, key: str, descending: bool) -> np.nda
 
 
 def _sort_table(table: pa.Table, keys: list[str], descending: list[bool]) -> pa.Table:
-    """``table`` sorted by ``keys`` (stable; nulls last, NaN before them, as Arrow does)."""
+    """``table`` sorted by ``keys``: exactly ``Table.sort_by``'s order (stable, nulls last)."""
     if not table.num_rows:
         return table
     order = _distinct_float_order(table, keys[0], descending[0]) if len(keys) == 1 else None
