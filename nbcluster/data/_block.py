@@ -33,6 +33,8 @@ __all__ = [
     "empty_block",
     "iter_rows",
     "metadata_of",
+    "partition_order",
+    "pickled_bytes",
     "RowView",
     "row_views",
     "rows_to_block",
@@ -405,23 +407,49 @@ def concat(tables: Sequence[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="default")
 
 
+def partition_order(part_of_row: np.ndarray, n: int) -> np.ndarray:
+    """Row indices grouped by partition (``part_of_row`` in ``[0, n)``), rows in their
+    order within each partition.
+
+    The ids are narrowed to 8 or 16 bits first: numpy's stable argsort is a radix sort for
+    those (about ten times faster than for int64 ids), and gives the same order.
+    """
+    if n <= 1 << 8:
+        part_of_row = part_of_row.astype(np.uint8, copy=False)
+    elif n <= 1 << 16:
+        part_of_row = part_of_row.astype(np.uint16, copy=False)
+    return np.argsort(part_of_row, kind="stable")
+
+
 def slice_block(table: pa.Table, start: int, end: int) -> pa.Table:
     """Rows ``[start, end)`` of ``table`` (zero-copy; clamped to the table)."""
     start = min(max(start, 0), table.num_rows)
     return table.slice(start, max(min(end, table.num_rows) - start, 0))
 
 
+def pickled_bytes(col: pa.ChunkedArray) -> int:
+    """Bytes of buffers that pickling ``col`` writes (at least its data; more when sliced).
+
+    Arrow pickles every chunk with the whole buffers it references, so chunks that are
+    slices of one buffer (what a parquet scan returns: batches cut from one decoded row
+    group) each write all of it. ``ChunkedArray.get_total_buffer_size`` counts a shared
+    buffer once, so it is summed per chunk here.
+    """
+    return sum(chunk.get_total_buffer_size() for chunk in col.chunks)
+
+
 def compact(table: pa.Table) -> pa.Table:
     """``table`` without buffers it does not use (before it is written to the store).
 
     Arrow pickles a sliced array with its whole buffers, so a block that is a small slice
-    of a large one would be stored at the large one's size. Columns whose buffers are much
-    larger than their data are copied into fresh, exactly sized arrays.
+    of a large one, or whose chunks are slices of one buffer, would be stored at a
+    multiple of its size (see :func:`pickled_bytes`). Columns whose pickled buffers are
+    much larger than their data are copied into one fresh, exactly sized array.
     """
     columns = []
     changed = False
     for col in table.columns:
-        if col.num_chunks and col.get_total_buffer_size() > col.nbytes * 1.25 + 4096:
+        if col.num_chunks and pickled_bytes(col) > col.nbytes * 1.25 + 4096:
             col = pa.chunked_array([pa.concat_arrays(col.chunks)], type=col.type)
             changed = True
         columns.append(col)

@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 _GLOB_CHARS = "*?["
+#: A scanner batch size no row group reaches, so each row group decodes as one batch.
+_WHOLE_ROW_GROUP = (1 << 31) - 1  # the largest the scanner takes (int32)
 
 
 @dataclasses.dataclass
@@ -309,7 +311,15 @@ class _ParquetRead:
                     continue
                 frag = pds.ParquetFileFormat().make_fragment(path, self.fs, row_groups=row_groups)
                 if left is None:
-                    yield frag.to_table(schema=None, columns=self.columns, filter=self.filter)
+                    # One batch per row group: the scanner's default batches are slices of
+                    # the decoded row group, which compact() would have to copy (pickled,
+                    # each slice carries the whole buffers).
+                    yield frag.to_table(
+                        schema=None,
+                        columns=self.columns,
+                        filter=self.filter,
+                        batch_size=_WHOLE_ROW_GROUP,
+                    )
                     continue
                 # A limit: decode in small batches and stop as soon as there are enough rows.
                 for batch in frag.to_batches(

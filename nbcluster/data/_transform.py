@@ -30,6 +30,7 @@ from nbcluster.data._block import (
     column_from_values,
     concat,
     iter_rows,
+    partition_order,
     row_views,
     rows_to_block,
 )
@@ -450,7 +451,7 @@ class ShuffleMapStage(Stage):
         key = _content_key(table)
         rng = np.random.default_rng(None if self.seed is None else [self.seed, key])
         part = rng.integers(0, self.partitions, size=table.num_rows)
-        order = np.argsort(part, kind="stable")
+        order = partition_order(part, self.partitions)
         counts = np.bincount(part, minlength=self.partitions)
         offsets = [0, *np.cumsum(counts).tolist()]
         out = table.take(pa.array(order)) if table.num_rows else table

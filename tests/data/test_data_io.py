@@ -17,6 +17,7 @@ import pytest
 
 from nbcluster import data
 from nbcluster.data._optimizer import optimize
+from nbcluster.util.state import list_objects
 
 pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -77,6 +78,26 @@ def test_projection_and_filter_pushed_into_the_read(
     assert data.read_parquet(str(parquet_dir)).limit(30).count() == 30
     as_text = data.read_parquet(str(parquet_dir)).filter(expr="a >= 350 and s != 'r399'")
     assert optimize(as_text._plan).filter is not None and as_text.count() == 49
+
+
+def test_blocks_are_stored_at_their_size(shared_cluster: object, tmp_path: Path) -> None:
+    # One row group of 600k rows: a parquet scan cuts it into batches that are slices of
+    # one buffer, as does map_batches(batch_format="pyarrow") here. Each slice used to be
+    # pickled with the whole buffer: blocks took a multiple of their size in the store.
+    n = 600_000
+    path = tmp_path / "one_group.parquet"
+    pq.write_table(pa.table({"a": np.arange(n), "b": np.arange(n) * 0.5}), path)
+    read = data.read_parquet(str(path)).materialize()
+    sliced = (
+        data.read_parquet(str(path))
+        .map_batches(lambda t: t, batch_format="pyarrow", batch_size=50_000)
+        .materialize()
+    )
+    for ds in (read, sliced):
+        refs = {r.hex() for r in ds.to_arrow_refs()}
+        stored = sum(o.object_size for o in list_objects(limit=100_000) if o.object_id in refs)
+        assert ds.count() == n and ds.size_bytes() >= n * 16
+        assert stored < ds.size_bytes() * 1.1 + 64 * 1024, (stored, ds.size_bytes())
 
 
 def test_paths_globs_lists_uris_and_filesystems(shared_cluster: object, parquet_dir: Path) -> None:

@@ -123,6 +123,12 @@ def test_limit_sort_and_shuffles(shared_cluster: object, frame: pd.DataFrame) ->
     _same(ds.sort("v").to_pandas(), frame.sort_values("v", na_position="last", kind="stable"))
     got = ds.sort(["k", "i"], descending=[True, False]).to_pandas()
     _same(got, frame.sort_values(["k", "i"], ascending=[False, True]))
+    # Float keys without NaN: all distinct (numpy's sort) and with ties (stable), both ways.
+    plain = frame.dropna(subset=["v"]).assign(t=lambda d: d.k * 0.5)
+    for key in ("v", "t"):
+        for desc in (False, True):
+            got = _ds(plain).sort(key, descending=desc).to_pandas()
+            _same(got, plain.sort_values(key, ascending=not desc, kind="stable"))
     for shuffled in (
         ds.random_shuffle(seed=3),
         ds.randomize_block_order(seed=3),

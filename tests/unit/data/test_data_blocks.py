@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from nbcluster.data._all_to_all import _sort_table
 from nbcluster.data._block import (
     batch_to_block,
     block_to_batch,
     compact,
     concat,
     iter_rows,
+    partition_order,
+    pickled_bytes,
     rows_to_block,
     unify_schemas_or_raise,
 )
@@ -96,6 +101,84 @@ def test_compact_drops_unused_buffers() -> None:
         14,
     ]
     assert compact(big) is big
+
+
+def _pickled_size(table: pa.Table) -> int:
+    """Bytes the object store holds for ``table``: its pickle and out-of-band buffers."""
+    buffers: list[pickle.PickleBuffer] = []
+    meta = pickle.dumps(table, protocol=5, buffer_callback=buffers.append)
+    return len(meta) + sum(memoryview(b).nbytes for b in buffers)
+
+
+def test_compact_chunks_that_share_one_buffer() -> None:
+    # What a parquet scan returns: batches cut from one decoded row group. Each chunk
+    # pickles with the whole shared buffer, so the block would be stored at 8x its size.
+    whole = pa.table({"x": np.arange(800_000), "y": np.arange(800_000) * 0.5})
+    table = pa.Table.from_batches(whole.to_batches(max_chunksize=100_000))
+    assert table.column("x").num_chunks == 8
+    assert pickled_bytes(table.column("x")) > 7 * table.column("x").nbytes
+    assert _pickled_size(table) > 7 * table.nbytes
+    out = compact(table)
+    assert _pickled_size(out) < table.nbytes * 1.01 + 4096
+    assert out.equals(table)
+    # Chunks that own their buffers are left as they are.
+    separate = pa.concat_tables([compact(whole.slice(0, 400_000)), compact(whole.slice(400_000))])
+    assert compact(separate) is separate
+
+
+def test_parquet_blocks_are_stored_at_their_size(tmp_path: pytest.TempPathFactory) -> None:
+    path = tmp_path / "one_group.parquet"  # type: ignore[operator]
+    n = 600_000  # one row group, larger than the scanner's default batch (131,072 rows)
+    pq.write_table(pa.table({"a": np.arange(n), "b": np.random.default_rng(0).random(n)}), path)
+    tasks, _ = parquet_read_tasks(
+        str(path),
+        filesystem=None,
+        columns=None,
+        filter=None,
+        override_num_blocks=1,
+        min_blocks=1,
+        min_block_size=1,
+    )
+    (block,) = list(tasks[0]())
+    assert block.num_rows == n
+    assert _pickled_size(block) < block.nbytes * 1.01 + 4096
+    assert compact(block) is block  # nothing to copy
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_table_is_arrows_stable_sort(descending: bool) -> None:
+    rng = np.random.default_rng(7)
+    n = 2000
+    distinct = rng.random(n)
+    cases = {
+        "distinct": distinct,
+        "ties": np.round(distinct, 1),
+        "signed zeros": np.where(distinct < 0.5, -0.0, 0.0),
+        "nan": np.where(distinct < 0.1, np.nan, distinct),
+        "nulls": pa.array(np.where(distinct < 0.1, None, distinct).tolist(), type=pa.float64()),
+        "float32": distinct.astype(np.float32),
+        "ints": rng.integers(0, 10, n),
+    }
+    for name, key in cases.items():
+        chunks = [slice(0, 700), slice(700, 701), slice(701, n)]
+        table = pa.concat_tables(
+            [pa.table({"key": key[c], "row": np.arange(n)[c]}) for c in chunks]
+        )
+        want = table.sort_by([("key", "descending" if descending else "ascending", "at_end")])
+        got = _sort_table(table, ["key"], [descending])
+        # Rows are numbered: the same row order is the same table (NaN != NaN in equals).
+        assert got.column("row").equals(want.column("row")), name
+        assert got.schema == want.schema and got.num_rows == n
+    two = pa.table({"a": np.round(distinct, 1), "b": distinct, "row": np.arange(n)})
+    want = two.sort_by([("a", "descending" if descending else "ascending"), ("b", "ascending")])
+    assert _sort_table(two, ["a", "b"], [descending, False]).equals(want)
+    assert _sort_table(two.slice(0, 0), ["a"], [descending]).num_rows == 0
+
+
+@pytest.mark.parametrize("n", [1, 7, 256, 257, 70_000])
+def test_partition_order_is_a_stable_grouping(n: int) -> None:
+    part = np.random.default_rng(n).integers(0, n, size=5000)
+    assert np.array_equal(partition_order(part, n), np.argsort(part, kind="stable"))
 
 
 def test_union_schema_check_names_the_column() -> None:
