@@ -25,6 +25,7 @@ from nbcluster._api import (
     shutdown,
     wait,
 )
+from nbcluster._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
 from nbcluster._timeline import timeline  # noqa: E402, I001
@@ -78,8 +79,10 @@ __all__ = [
     "ActorHandle",
     "ActorMethod",
     "ClusterInfo",
+    "DynamicObjectRefGenerator",
     "LocalCluster",
     "ObjectRef",
+    "ObjectRefGenerator",
     "RemoteFunction",
     "RuntimeContext",
     "__version__",

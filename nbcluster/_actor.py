@@ -16,10 +16,12 @@ import cloudpickle
 
 from nbcluster import exceptions as exc
 from nbcluster import options as _options
+from nbcluster._generator import start_generator
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import _CODE_GENERATION
 from nbcluster._runtime import context
 from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.generators import registry, wire_num_returns
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
@@ -31,16 +33,28 @@ __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method", "get_actor", "k
 C = TypeVar("C")
 
 
-def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Callable[[Any], Any]:
+def method(
+    *, num_returns: int | str = 1, concurrency_group: str | None = None
+) -> Callable[[Any], Any]:
     """Set options of one actor method: ``@nbcluster.method(num_returns=2)``."""
-    if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 0:
-        raise ValueError(f"num_returns must be an integer >= 0, got {num_returns!r}")
+    if num_returns not in ("streaming", "dynamic") and (
+        not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 0
+    ):
+        raise ValueError(
+            f'num_returns must be an integer >= 0, "streaming" or "dynamic", got {num_returns!r}'
+        )
 
     def deco(fn: Any) -> Any:
         fn.__nbcluster_num_returns__ = num_returns
         return fn
 
     return deco
+
+
+def _default_returns(fn: Any) -> int | str:
+    """Generator methods stream by default (Ray >= 2.8)."""
+    gen = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+    return "streaming" if gen else 1
 
 
 def _method_meta(cls: type) -> dict[str, dict[str, Any]]:
@@ -52,7 +66,7 @@ def _method_meta(cls: type) -> dict[str, dict[str, Any]]:
             continue
         fn = getattr(member, "__func__", member)
         meta[name] = {
-            "num_returns": getattr(fn, "__nbcluster_num_returns__", 1),
+            "num_returns": getattr(fn, "__nbcluster_num_returns__", _default_returns(fn)),
             "is_async": inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn),
         }
     return meta
@@ -260,10 +274,13 @@ class _ActorOptionsWrapper(Generic[C]):
 class ActorMethod:
     """``handle.method``: call it with ``.remote(...)``."""
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int) -> None:
+    def __init__(
+        self, handle: ActorHandle, name: str, num_returns: int | str, backpressure: int = -1
+    ) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
+        self._backpressure = backpressure  # _generator_backpressure_num_objects
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -280,17 +297,21 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Queue a call on the actor; return its ref(s) at once."""
-        return self._handle._call(self._name, args, kwargs, self._num_returns)
+        return self._handle._call(
+            self._name, args, kwargs, self._num_returns, backpressure=self._backpressure
+        )
 
-    def options(self, *, num_returns: int | None = None, **rest: Any) -> ActorMethod:
-        """Override ``num_returns`` for one call."""
+    def options(self, *, num_returns: int | str | None = None, **rest: Any) -> ActorMethod:
+        """Override ``num_returns`` (or ``_generator_backpressure_num_objects``) for one call."""
+        backpressure = rest.pop("_generator_backpressure_num_objects", self._backpressure)
         if rest:
             raise ValueError(
                 f"invalid option(s) for an actor method: {', '.join(rest)}; valid: num_returns"
             )
-        return ActorMethod(
-            self._handle, self._name, self._num_returns if num_returns is None else num_returns
-        )
+        n = self._num_returns if num_returns is None else num_returns
+        _options.check_num_returns(n)
+        _options.check_backpressure(backpressure)
+        return ActorMethod(self._handle, self._name, n, backpressure)
 
     def __repr__(self) -> str:
         return f"<ActorMethod {self._handle._meta['class_name']}.{self._name}>"
@@ -408,7 +429,12 @@ class ActorHandle:
             pass
 
     def _call(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], num_returns: int
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        num_returns: int | str,
+        backpressure: int = -1,
     ) -> Any:
         client = self._client or context.require_client()
         if getattr(client, "mode", "") == "client":
@@ -417,7 +443,8 @@ class ActorHandle:
 
         sv, dep_refs = serialize_call_args(client, name, args, kwargs)
         task_id = client.next_task_id()
-        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(num_returns, 1) + 1)]
+        wire_n = wire_num_returns(num_returns)  # generators: -1 streaming, -2 dynamic
+        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(wire_n, 1) + 1)]
         rec = TaskRecord()
         rec.task_id = task_id
         rec.name = f"{self._meta['class_name']}.{name}"
@@ -427,7 +454,7 @@ class ActorHandle:
             function_id=b"",
             name=name,
             args_blob=sv.to_bytes(),
-            num_returns=num_returns,
+            num_returns=wire_n,
             max_calls=0,
             retry_exceptions=False,
         )
@@ -449,6 +476,9 @@ class ActorHandle:
             client.table.create_owned(oid, task=rec)
         client.table.add_submitted(rec.dep_ids + rec.nested_ids)
         refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+        generator = None
+        if wire_n < 0:
+            generator = start_generator(client, rec, wire_n, backpressure, refs[0])
         try:
             client.actor_submitter.submit(rec, self._meta.get("max_pending_calls", -1))
         except exc.PendingCallsLimitExceeded:
@@ -457,7 +487,11 @@ class ActorHandle:
             client.table.remove_submitted(rec.dep_ids + rec.nested_ids)
             for r in refs:
                 r._client = None
+            if generator is not None:
+                registry(client).pop(task_id, None)
             raise
+        if generator is not None:
+            return generator
         if num_returns == 1:
             return refs[0]
         if num_returns == 0:

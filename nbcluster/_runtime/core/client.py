@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import proc
+from nbcluster._runtime.core import generators
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, OwnershipTable, Release, Waiter
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
@@ -124,6 +125,7 @@ class CoreClient:
         self.server = make_server(self.token, max_message_bytes=self.config.rpc_max_message_bytes)
         self.service = (servicer_factory or CoreWorkerService)(self)
         pb_grpc.add_CoreWorkerServicer_to_server(self.service, self.server)
+        generators.add_to_server(self, self.server)  # items of generator tasks owned here
         port = bind(self.server, self.host, 0)
         self.address = f"{self.host}:{port}"
         self.table.address = self.address

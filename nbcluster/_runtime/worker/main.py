@@ -34,6 +34,11 @@ from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import deserialize, serialize
 from nbcluster._runtime.task_events import error_info
+from nbcluster._runtime.worker.generators import (
+    is_generator_call,
+    run_generator,
+    run_generator_async,
+)
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
@@ -466,10 +471,13 @@ class Executor:
             method = actor_method(self.actor, spec.function_name)
             args, kwargs = await asyncio.to_thread(self.resolve_args, spec)
             result = method(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            values = self._split_returns(spec, result)
-            await asyncio.to_thread(self._store_returns, spec, values, reply)
+            if is_generator_call(spec, result):
+                await run_generator_async(self, spec, result, reply)
+            else:
+                if inspect.isawaitable(result):
+                    result = await result
+                values = self._split_returns(spec, result)
+                await asyncio.to_thread(self._store_returns, spec, values, reply)
         except BaseException as e:  # noqa: BLE001 - user code raised; report it
             err = exc.TaskError.from_exception(
                 e,
@@ -529,7 +537,10 @@ class Executor:
                 fn = self.function(spec)
                 args, kwargs = self.resolve_args(spec)
                 result = fn(*args, **kwargs)
-                self._store_returns(spec, self._split_returns(spec, result), reply)
+                if is_generator_call(spec, result):
+                    run_generator(self, spec, result, reply)
+                else:
+                    self._store_returns(spec, self._split_returns(spec, result), reply)
             except KeyboardInterrupt:
                 if spec.task_id in self.cancelled:
                     reply.cancelled = True

@@ -1,0 +1,178 @@
+"""Generator tasks, executor side: run a generator and store what it yields.
+
+``num_returns=N`` stores the N yielded values as the task's N returns, one at a time
+(a different count is an error, as in Ray). ``"streaming"`` and ``"dynamic"`` store each
+value as item ``task_id + (i + 2)`` and report it to the owner (``ReportGeneratorItem``)
+before running the generator further; the owner's reply comes late while too many items
+are unconsumed (backpressure). The task's own return is then ``None`` (streaming) or a
+:class:`~nbcluster.DynamicObjectRefGenerator` of the items (dynamic).
+
+Sync generators run on the calling thread (the main thread, or an actor's thread);
+async generators (async actors) on the actor's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from nbcluster import exceptions as exc
+from nbcluster._generator import DynamicObjectRefGenerator
+from nbcluster._runtime.core import generators as core_gen
+from nbcluster._runtime.protocol.protos import generators_pb2 as gpb
+from nbcluster._runtime.serialization import serialize
+
+if TYPE_CHECKING:
+    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.protocol.rpc import pb
+
+__all__ = ["is_generator_call", "run_generator", "run_generator_async"]
+
+
+def is_generator_call(spec: pb.TaskSpec, result: Any) -> bool:
+    """True when the call's result must be run as a generator."""
+    return spec.num_returns < 0 or inspect.isgenerator(result) or inspect.isasyncgen(result)
+
+
+def _store(client: CoreClient, oid: bytes, value: Any, name: str) -> dict[str, Any]:
+    """Serialize one value and put it inline or in the local store; its location fields."""
+    try:
+        sv = serialize(value)
+    except exc.SerializationError as e:
+        raise exc.SerializationError(
+            f"a value yielded by {name} could not be serialized: {e}"
+        ) from None
+    if sv.contained_refs:
+        client.table.mark_escaped(
+            [r.binary() for r in sv.contained_refs if r.owner_address == client.address]
+        )
+    if sv.total_size <= client.config.max_inline_bytes:
+        return {"object_id": oid, "data": sv.to_bytes(), "size": sv.total_size}
+    client.write_to_store(oid, sv)  # one copy, into shared memory (as any large return)
+    return {
+        "object_id": oid,
+        "in_store": True,
+        "size": sv.total_size,
+        "node_id": client.node_id,
+        "node_address": client.node_address,
+    }
+
+
+def _not_a_generator(spec: pb.TaskSpec, result: Any) -> TypeError:
+    mode = "streaming" if spec.num_returns == core_gen.STREAMING else "dynamic"
+    return TypeError(
+        f'{spec.function_name} was called with num_returns="{mode}" but returned a '
+        f"{type(result).__name__}, not a generator; use yield, or an integer num_returns"
+    )
+
+
+def _count_error(spec: pb.TaskSpec, got: int, more: bool) -> ValueError:
+    n = spec.num_returns
+    said = f"more than {n}" if more else str(got)
+    return ValueError(
+        f"{spec.function_name} declared num_returns={n} but its generator yielded {said} "
+        f'value(s); yield exactly {n}, or use num_returns="streaming" for any number'
+    )
+
+
+class _Stream:
+    """Reports of one streaming/dynamic call to its owner."""
+
+    def __init__(self, executor: Any, spec: pb.TaskSpec) -> None:
+        self.client: CoreClient = executor.client
+        self.spec = spec
+        self.ids: list[bytes] = []
+        self._stub: Any = None
+
+    def item(self, value: Any) -> gpb.GeneratorItem:
+        spec = self.spec
+        index = len(self.ids)
+        oid = core_gen.item_id(spec.task_id, index)
+        loc = _store(self.client, oid, value, spec.function_name)
+        self.ids.append(oid)
+        return gpb.GeneratorItem(task_id=spec.task_id, attempt=spec.attempt, index=index, **loc)
+
+    async def send(self, item: gpb.GeneratorItem) -> None:
+        """Report on the I/O loop; returns when the owner lets the generator go on."""
+        if self._stub is None:
+            self._stub = core_gen.reporter(self.client, self.spec.owner_address)
+        await self._stub.ReportGeneratorItem(item)
+
+    def final(self) -> Any:
+        if self.spec.num_returns == core_gen.DYNAMIC:
+            return DynamicObjectRefGenerator._from_ids(self.ids, self.spec.owner_address)
+        return None
+
+
+def run_generator(executor: Any, spec: pb.TaskSpec, result: Any, reply: pb.TaskReply) -> None:
+    """Run a sync generator call to its end, storing its values in ``reply`` (or
+    reporting them); raises what the generator raises."""
+    if spec.num_returns >= 0:
+        if not inspect.isgenerator(result):
+            raise TypeError(f"{spec.function_name} returned an async generator; use an async actor")
+        _fixed(executor, spec, result, reply)
+        return
+    if not inspect.isgenerator(result):
+        raise _not_a_generator(spec, result)
+    stream = _Stream(executor, spec)
+    client = executor.client
+    for value in result:
+        item = stream.item(value)
+        client.run(stream.send(item))
+    executor._store_returns(spec, [stream.final()], reply)
+
+
+def _fixed(executor: Any, spec: pb.TaskSpec, gen: Any, reply: pb.TaskReply) -> None:
+    """Store the values as returns 1..N as they are yielded (the heap holds one)."""
+    n = spec.num_returns
+    count = 0
+    for value in gen:
+        _fixed_one(executor, spec, count, value, reply)
+        count += 1
+    if count != n:
+        raise _count_error(spec, count, more=False)
+
+
+def _fixed_one(executor: Any, spec: pb.TaskSpec, count: int, value: Any, reply: Any) -> None:
+    if count == spec.num_returns:
+        raise _count_error(spec, count + 1, more=True)
+    oid = spec.task_id + (count + 1).to_bytes(4, "big")
+    reply.returns.add(**_store(executor.client, oid, value, spec.function_name))
+
+
+async def run_generator_async(
+    executor: Any, spec: pb.TaskSpec, result: Any, reply: pb.TaskReply
+) -> None:
+    """:func:`run_generator` on an async actor's loop (sync or async generators)."""
+    if spec.num_returns >= 0:
+        if inspect.isgenerator(result):
+            await asyncio.to_thread(_fixed, executor, spec, result, reply)
+        else:
+            await _afixed(executor, spec, result, reply)
+        return
+    if not (inspect.isgenerator(result) or inspect.isasyncgen(result)):
+        raise _not_a_generator(spec, result)
+    stream = _Stream(executor, spec)
+    loop = executor.client.loop
+
+    async def report(value: Any) -> None:
+        item = await asyncio.to_thread(stream.item, value)
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(stream.send(item), loop))
+
+    if inspect.isasyncgen(result):
+        async for value in result:
+            await report(value)
+    else:
+        for value in result:
+            await report(value)
+    await asyncio.to_thread(executor._store_returns, spec, [stream.final()], reply)
+
+
+async def _afixed(executor: Any, spec: pb.TaskSpec, agen: Any, reply: pb.TaskReply) -> None:
+    count = 0
+    async for value in agen:
+        await asyncio.to_thread(_fixed_one, executor, spec, count, value, reply)
+        count += 1
+    if count != spec.num_returns:
+        raise _count_error(spec, count, more=False)
