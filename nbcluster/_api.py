@@ -333,6 +333,11 @@ def _client_or_autoinit() -> CoreClient:
 def _as_ref_list(refs: Any, fn: str) -> tuple[list[ObjectRef], bool]:
     if isinstance(refs, ObjectRef):
         return [refs], True
+    if isinstance(refs, ObjectRefGenerator):
+        raise TypeError(
+            f"{fn}() does not take an ObjectRefGenerator: iterate it (for ref in gen) and "
+            f"pass the refs it gives, or {fn}(gen.completed()) for the end of its task"
+        )
     if isinstance(refs, (list, tuple)):
         for i, r in enumerate(refs):
             if not isinstance(r, ObjectRef):

@@ -433,6 +433,8 @@ def test_generators_cannot_be_passed_to_tasks_and_bad_options_fail_early(shared_
     gen = count.remote(1)
     with pytest.raises(Exception, match="ObjectRefGenerator cannot be passed"):
         takes.remote(gen)
+    with pytest.raises(TypeError, match=r"get\(\) does not take an ObjectRefGenerator"):
+        nbcluster.get(gen)
     list(gen)
     with pytest.raises(ValueError, match=r'"streaming" or "dynamic", got \'stream\''):
         count.options(num_returns="stream")
