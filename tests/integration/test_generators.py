@@ -70,6 +70,9 @@ def test_generator_function_returns_a_streaming_generator(shared_cluster: Any):
     # the explicit spelling does the same; an empty generator stops at once
     assert [nbcluster.get(r) for r in count.options(num_returns="streaming").remote(2)] == [0, 1]
     assert list(count.remote(0)) == []
+    # many quick yields: reports are pipelined and may overtake each other; order holds
+    many = count.remote(500)
+    assert nbcluster.get(list(many), timeout=T) == list(range(500))
 
 
 def test_refs_arrive_while_the_task_still_runs(shared_cluster: Any, tmp_path: Path):
@@ -389,9 +392,13 @@ def test_worker_death_mid_stream(shared_cluster: Any, tmp_path: Path):
         os._exit(1)
 
     gen = dies_after.remote(2)
-    assert [nbcluster.get(next(gen), timeout=T) for _ in range(2)] == [0, 1]
-    with pytest.raises(WorkerCrashedError):
-        nbcluster.get(next(gen), timeout=T)
+    values = []
+    # As Ray documents: the system error comes as the last ref, and the items the process
+    # had yielded but not yet reported when it died are lost (1 to N + 1 refs).
+    with pytest.raises(WorkerCrashedError, match="exited with code 1"):
+        for ref in gen:
+            values.append(nbcluster.get(ref, timeout=T))
+    assert values == [0, 1][: len(values)]
     with pytest.raises(StopIteration):
         next(gen)
 

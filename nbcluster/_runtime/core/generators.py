@@ -182,10 +182,29 @@ class OwnerGenerator:
         self.mode = mode
         self.state = GeneratorState(threshold)
         self._resume: asyncio.Event | None = None  # loop-side, while a report is held back
+        self._early: dict[int, gpb.GeneratorItem] = {}  # reports that overtook earlier ones
 
     # -- loop thread -------------------------------------------------------------------------
     async def on_report(self, item: gpb.GeneratorItem) -> None:
         """Record an item; return when the executor may go on (backpressure)."""
+        st = self.state
+        if item.index > st.reported and st.total is None and not st.closed:
+            self._early[item.index] = item  # pipelined reports may arrive out of order
+            return
+        self._record(item)
+        while st.reported in self._early:
+            self._record(self._early.pop(st.reported))
+        while self.state.should_pause(item.index):
+            if self._resume is None:
+                self._resume = asyncio.Event()
+            self._resume.clear()
+            self.state.add_watcher(self._wake_threadsafe)
+            if not self.state.should_pause(item.index):
+                self.state.remove_watcher(self._wake_threadsafe)
+                break
+            await self._resume.wait()
+
+    def _record(self, item: gpb.GeneratorItem) -> None:
         client = self.client
         table = client.table
         if self.state.is_new(item.index):
@@ -207,15 +226,6 @@ class OwnerGenerator:
             entry = table.get(item.object_id)
             if entry is None or entry.node_address != item.node_address:
                 free_orphan(client, item.node_address, item.object_id)
-        while self.state.should_pause(item.index):
-            if self._resume is None:
-                self._resume = asyncio.Event()
-            self._resume.clear()
-            self.state.add_watcher(self._wake_threadsafe)
-            if not self.state.should_pause(item.index):
-                self.state.remove_watcher(self._wake_threadsafe)
-                break
-            await self._resume.wait()
 
     def _wake_threadsafe(self) -> None:
         resume = self._resume
@@ -227,6 +237,9 @@ class OwnerGenerator:
         client = self.client
         table = client.table
         registry(client).pop(self.task_id, None)
+        lost = self._drop_early()  # after a crash: items past one that never arrived
+        if lost:
+            client._queue_release(lost)
         done = table.get(self.rec.return_ids[0])
         errored = done is not None and (done.exc is not None or done.is_error)
         if errored and done is not None and not self.state.closed:
@@ -247,11 +260,20 @@ class OwnerGenerator:
             client.submitter.object_ready(entry)
         self.state.on_finish(errored)
 
+    def _drop_early(self) -> Release:
+        """Forget reports that wait for a gap that will never be filled."""
+        rel = Release()
+        for item in self._early.values():
+            if item.in_store:
+                rel.free_in_store.append((item.node_address, item.object_id))
+        self._early.clear()
+        return rel
+
     def close(self) -> None:
         """The consumer dropped the generator: free the items it never took (loop)."""
         registry(self.client).pop(self.task_id, None)
         table = self.client.table
-        rel = Release()
+        rel = self._drop_early()
         left = self.state.close()
         st = self.state
         if st.total is not None and st.total > st.reported and st.consumed <= st.reported:
@@ -295,7 +317,7 @@ class GeneratorService(gpb_grpc.GeneratorsServicer):
                 free_orphan(self.client, request.node_address, request.object_id)
             return gpb.GeneratorItemAck()
         await gen.on_report(request)
-        return gpb.GeneratorItemAck()
+        return gpb.GeneratorItemAck(backpressure=gen.state.threshold)
 
 
 def add_to_server(client: CoreClient, server: Any) -> None:

@@ -2,10 +2,12 @@
 
 ``num_returns=N`` stores the N yielded values as the task's N returns, one at a time
 (a different count is an error, as in Ray). ``"streaming"`` and ``"dynamic"`` store each
-value as item ``task_id + (i + 2)`` and report it to the owner (``ReportGeneratorItem``)
-before running the generator further; the owner's reply comes late while too many items
-are unconsumed (backpressure). The task's own return is then ``None`` (streaming) or a
-:class:`~nbcluster.DynamicObjectRefGenerator` of the items (dynamic).
+value as item ``task_id + (i + 2)`` and report it to the owner (``ReportGeneratorItem``).
+With backpressure each report waits for its reply before the generator runs further (the
+owner replies late while too many items are unconsumed); without, up to REPORT_WINDOW
+reports are in flight. All are answered before the task's final reply (so an error takes
+the position after the last item). The task's own return is then ``None`` (streaming) or
+a :class:`~nbcluster.DynamicObjectRefGenerator` of the items (dynamic).
 
 Sync generators run on the calling thread (the main thread, or an actor's thread);
 async generators (async actors) on the actor's event loop.
@@ -14,6 +16,9 @@ async generators (async actors) on the actor's event loop.
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
+import contextvars
 import inspect
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +32,10 @@ if TYPE_CHECKING:
     from nbcluster._runtime.core.client import CoreClient
     from nbcluster._runtime.protocol.rpc import pb
 
-__all__ = ["is_generator_call", "run_generator", "run_generator_async"]
+__all__ = ["REPORT_WINDOW", "is_generator_call", "run_generator", "run_generator_async"]
+
+#: Reports in flight at once when the owner has no backpressure for the stream.
+REPORT_WINDOW = 64
 
 
 def is_generator_call(spec: pb.TaskSpec, result: Any) -> bool:
@@ -84,6 +92,8 @@ class _Stream:
         self.spec = spec
         self.ids: list[bytes] = []
         self._stub: Any = None
+        self.pipelined = False  # learnt from the first reply
+        self.inflight: collections.deque[concurrent.futures.Future[None]] = collections.deque()
 
     def item(self, value: Any) -> gpb.GeneratorItem:
         spec = self.spec
@@ -97,7 +107,34 @@ class _Stream:
         """Report on the I/O loop; returns when the owner lets the generator go on."""
         if self._stub is None:
             self._stub = core_gen.reporter(self.client, self.spec.owner_address)
-        await self._stub.ReportGeneratorItem(item)
+        ack = await self._stub.ReportGeneratorItem(item)
+        if ack.backpressure <= 0:
+            self.pipelined = True  # no backpressure: later reports need not wait
+
+    def report(self, value: Any) -> None:
+        """Store and report one value (a thread other than the I/O loop's)."""
+        item = self.item(value)
+        if not self.pipelined:
+            self.client.run(self.send(item))
+            return
+        fut = contextvars.Context().run(
+            asyncio.run_coroutine_threadsafe, self.send(item), self.client.loop
+        )
+        self.inflight.append(fut)
+        if len(self.inflight) >= REPORT_WINDOW:
+            self.inflight.popleft().result()
+        while self.inflight and self.inflight[0].done():
+            self.inflight.popleft().result()  # raises a failed report's error
+
+    def drain(self, quiet: bool = False) -> None:
+        """Wait until the owner has every report (before the task's final reply);
+        ``quiet``: the call fails anyway, ignore failed reports."""
+        while self.inflight:
+            fut = self.inflight.popleft()
+            if quiet:
+                concurrent.futures.wait([fut])
+            else:
+                fut.result()
 
     def final(self) -> Any:
         if self.spec.num_returns == core_gen.DYNAMIC:
@@ -116,10 +153,13 @@ def run_generator(executor: Any, spec: pb.TaskSpec, result: Any, reply: pb.TaskR
     if not inspect.isgenerator(result):
         raise _not_a_generator(spec, result)
     stream = _Stream(executor, spec)
-    client = executor.client
-    for value in result:
-        item = stream.item(value)
-        client.run(stream.send(item))
+    try:
+        for value in result:
+            stream.report(value)
+    except BaseException:
+        stream.drain(quiet=True)  # the items before the error reach the owner first
+        raise
+    stream.drain()
     executor._store_returns(spec, [stream.final()], reply)
 
 
@@ -154,18 +194,17 @@ async def run_generator_async(
     if not (inspect.isgenerator(result) or inspect.isasyncgen(result)):
         raise _not_a_generator(spec, result)
     stream = _Stream(executor, spec)
-    loop = executor.client.loop
-
-    async def report(value: Any) -> None:
-        item = await asyncio.to_thread(stream.item, value)
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(stream.send(item), loop))
-
-    if inspect.isasyncgen(result):
-        async for value in result:
-            await report(value)
-    else:
-        for value in result:
-            await report(value)
+    try:
+        if inspect.isasyncgen(result):
+            async for value in result:
+                await asyncio.to_thread(stream.report, value)
+        else:
+            for value in result:
+                await asyncio.to_thread(stream.report, value)
+    except BaseException:
+        await asyncio.to_thread(stream.drain, True)  # earlier items reach the owner first
+        raise
+    await asyncio.to_thread(stream.drain)
     await asyncio.to_thread(executor._store_returns, spec, [stream.final()], reply)
 
 

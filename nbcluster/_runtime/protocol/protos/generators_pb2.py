@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3nbcluster/_runtime/protocol/protos/generators.proto\x12\x14nbcluster.generators\"\xa8\x01\n\rGeneratorItem\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\r\n\x05index\x18\x03 \x01(\x03\x12\x11\n\tobject_id\x18\x04 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x10\n\x08in_store\x18\x06 \x01(\x08\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0f\n\x07node_id\x18\x08 \x01(\x0c\x12\x14\n\x0cnode_address\x18\t \x01(\t\"\x12\n\x10GeneratorItemAck2p\n\nGenerators\x12\x62\n\x13ReportGeneratorItem\x12#.nbcluster.generators.GeneratorItem\x1a&.nbcluster.generators.GeneratorItemAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3nbcluster/_runtime/protocol/protos/generators.proto\x12\x14nbcluster.generators\"\xa8\x01\n\rGeneratorItem\x12\x0f\n\x07task_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\r\n\x05index\x18\x03 \x01(\x03\x12\x11\n\tobject_id\x18\x04 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\x0c\x12\x10\n\x08in_store\x18\x06 \x01(\x08\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0f\n\x07node_id\x18\x08 \x01(\x0c\x12\x14\n\x0cnode_address\x18\t \x01(\t\"(\n\x10GeneratorItemAck\x12\x14\n\x0c\x62\x61\x63kpressure\x18\x01 \x01(\x05\x32p\n\nGenerators\x12\x62\n\x13ReportGeneratorItem\x12#.nbcluster.generators.GeneratorItem\x1a&.nbcluster.generators.GeneratorItemAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,7 +34,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATORITEM']._serialized_start=78
   _globals['_GENERATORITEM']._serialized_end=246
   _globals['_GENERATORITEMACK']._serialized_start=248
-  _globals['_GENERATORITEMACK']._serialized_end=266
-  _globals['_GENERATORS']._serialized_start=268
-  _globals['_GENERATORS']._serialized_end=380
+  _globals['_GENERATORITEMACK']._serialized_end=288
+  _globals['_GENERATORS']._serialized_start=290
+  _globals['_GENERATORS']._serialized_end=402
 # @@protoc_insertion_point(module_scope)

@@ -27,5 +27,7 @@ class GeneratorItem(_message.Message):
     def __init__(self, task_id: _Optional[bytes] = ..., attempt: _Optional[int] = ..., index: _Optional[int] = ..., object_id: _Optional[bytes] = ..., data: _Optional[bytes] = ..., in_store: _Optional[bool] = ..., size: _Optional[int] = ..., node_id: _Optional[bytes] = ..., node_address: _Optional[str] = ...) -> None: ...
 
 class GeneratorItemAck(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("backpressure",)
+    BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
+    backpressure: int
+    def __init__(self, backpressure: _Optional[int] = ...) -> None: ...
