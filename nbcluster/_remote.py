@@ -39,7 +39,8 @@ class RemoteFunction(Generic[R]):
     """A function that runs as a task in the cluster: call it with ``.remote(...)``.
 
     Created by ``@nbcluster.remote``. ``f.remote(*args)`` returns an :class:`ObjectRef`
-    (or a list of them when ``num_returns > 1``) at once; the task runs on a worker.
+    (or a list of them when ``num_returns > 1``; for a generator function an
+    :class:`~nbcluster.ObjectRefGenerator`) at once; the task runs on a worker.
     ``f.options(**overrides).remote(...)`` changes options for one call.
     """
 
