@@ -89,6 +89,14 @@ def test_refs_arrive_while_the_task_still_runs(shared_cluster: Any, tmp_path: Pa
         next(gen)
 
 
+def test_a_task_can_own_and_consume_a_generator(shared_cluster: Any):
+    @nbcluster.remote(num_cpus=0.5)
+    def consumer(n: int) -> list[int]:
+        return [nbcluster.get(r) for r in count.options(num_cpus=0.5).remote(n)]
+
+    assert nbcluster.get(consumer.remote(3), timeout=T) == [0, 1, 2]
+
+
 def test_fixed_num_returns_generator_and_wrong_counts(shared_cluster: Any):
     @nbcluster.remote(num_returns=3)
     def three():
