@@ -20,7 +20,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nbcluster._runtime.core.ownership import Release
+from nbcluster import exceptions as exc
+from nbcluster._runtime.core.ownership import PENDING, Release
 from nbcluster._runtime.protocol.protos import generators_pb2 as gpb
 from nbcluster._runtime.protocol.protos import generators_pb2_grpc as gpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub
@@ -208,7 +209,7 @@ class OwnerGenerator:
         client = self.client
         table = client.table
         if self.state.is_new(item.index):
-            entry = table.create_owned(item.object_id)
+            entry = table.create_owned(item.object_id, task=self.rec)  # lineage
             with table.lock:
                 entry.set_ready(
                     data=None if item.in_store else item.data,
@@ -222,9 +223,20 @@ class OwnerGenerator:
             table.wake(entry)
             client.submitter.object_ready(entry)
             self.state.on_item(item.index)
-        elif item.in_store:  # a retried attempt's copy of an item we have (or dropped)
+        else:  # a repeat: from a retried attempt, or a re-run rebuilding lost items
             entry = table.get(item.object_id)
-            if entry is None or entry.node_address != item.node_address:
+            if entry is not None and entry.state == PENDING:  # lost with its node: rebuilt
+                with table.lock:
+                    entry.set_ready(
+                        data=None if item.in_store else item.data,
+                        in_store=item.in_store,
+                        size=item.size,
+                        node_id=item.node_id,
+                        node_address=item.node_address,
+                    )
+                table.wake(entry)
+                client.submitter.object_ready(entry)
+            elif item.in_store and (entry is None or entry.node_address != item.node_address):
                 free_orphan(client, item.node_address, item.object_id)
 
     def _wake_threadsafe(self) -> None:
@@ -242,6 +254,9 @@ class OwnerGenerator:
             client._queue_release(lost)
         done = table.get(self.rec.return_ids[0])
         errored = done is not None and (done.exc is not None or done.is_error)
+        if self.state.total is not None:  # a re-run for lost items ended
+            self._fail_unrebuilt(done)
+            return
         if errored and done is not None and not self.state.closed:
             # the error takes the next position; its entry exists before next() can see it
             entry = table.create_owned(item_id(self.task_id, self.state.reported))
@@ -259,6 +274,28 @@ class OwnerGenerator:
             table.wake(entry)
             client.submitter.object_ready(entry)
         self.state.on_finish(errored)
+
+    def reopen(self) -> None:
+        """The task runs again to rebuild items lost with a node (lineage): take its
+        reports (loop thread)."""
+        registry(self.client)[self.task_id] = self
+
+    def _fail_unrebuilt(self, done: Any) -> None:
+        """Items the re-run did not produce again fail instead of waiting forever."""
+        table = self.client.table
+        for index in range(self.state.total or 0):
+            oid = item_id(self.task_id, index)
+            entry = table.get(oid)
+            if entry is not None and entry.state == PENDING:
+                error = (done.exc if done is not None else None) or (
+                    exc.ObjectReconstructionFailedError(
+                        oid.hex(), "the generator task that made it did not yield it again"
+                    )
+                )
+                with table.lock:
+                    entry.set_ready(exc=error)
+                table.wake(entry)
+                self.client.submitter.object_ready(entry)
 
     def _drop_early(self) -> Release:
         """Forget reports that wait for a gap that will never be filled."""

@@ -865,6 +865,8 @@ class Submitter:
             rec.spec.attempt += 1
             rec.done = False
             rec.lease = None
+            if rec.generator is not None:
+                rec.generator.reopen()  # a generator task: its items are reported again
             self.tasks[rec.task_id] = rec
             table.add_submitted(rec.dep_ids + rec.nested_ids)
             self._resolve_deps(rec, touched)
