@@ -437,6 +437,12 @@ class CoreClient:
     def get_value(self, ref: Any, entry: Entry, deadline: float | None) -> Any:
         """``value_of``, riding out a node that died under the object (it is rebuilt or lost)."""
         while True:
+            if entry.state != READY:  # a node death reset it while we read others: rebuilt
+                self.wait_entries([entry], 1, deadline)
+                if entry.state != READY:
+                    raise exc.GetTimeoutError(
+                        f"get() timed out while {ref.hex()} was being rebuilt"
+                    )
             try:
                 return self.value_of(ref._id, entry)
             except SourceUnavailable as e:
