@@ -24,6 +24,7 @@ from nbcluster._api import (
     shutdown,
     wait,
 )
+from nbcluster._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from nbcluster._named import get_named, put
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
@@ -78,8 +79,10 @@ __all__ = [
     "ActorHandle",
     "ActorMethod",
     "ClusterInfo",
+    "DynamicObjectRefGenerator",
     "LocalCluster",
     "ObjectRef",
+    "ObjectRefGenerator",
     "RemoteFunction",
     "RuntimeContext",
     "__version__",

@@ -21,10 +21,12 @@ from nbcluster._actor_methods import (
     method,
     method_meta,
 )
+from nbcluster._generator import start_generator
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import _CODE_GENERATION
 from nbcluster._runtime import context
 from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.generators import registry, wire_num_returns
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
@@ -253,13 +255,15 @@ class ActorMethod:
         self,
         handle: ActorHandle,
         name: str,
-        num_returns: int,
+        num_returns: int | str,
         call_options: dict[str, Any] | None = None,
+        backpressure: int = -1,
     ) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._call_options = call_options or {}  # concurrency_group, enable_task_events
+        self._backpressure = backpressure  # _generator_backpressure_num_objects
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -276,14 +280,23 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Queue a call on the actor; return its ref(s) at once."""
-        return self._handle._call(self._name, args, kwargs, self._num_returns, **self._call_options)
+        return self._handle._call(
+            self._name,
+            args,
+            kwargs,
+            self._num_returns,
+            backpressure=self._backpressure,
+            **self._call_options,
+        )
 
-    def options(self, *, num_returns: int | None = None, **rest: Any) -> ActorMethod:
-        """Override ``num_returns``, ``concurrency_group`` or ``enable_task_events`` for a call.
+    def options(self, *, num_returns: int | str | None = None, **rest: Any) -> ActorMethod:
+        """Override ``num_returns``, ``concurrency_group``, ``enable_task_events`` or
+        ``_generator_backpressure_num_objects`` for a call.
 
         ``concurrency_group`` must be one of the actor's ``concurrency_groups``; a name it
         does not define raises ``ValueError`` here.
         """
+        backpressure = rest.pop("_generator_backpressure_num_objects", self._backpressure)
         unknown = sorted(set(rest) - {"concurrency_group", "enable_task_events"})
         if unknown:
             raise ValueError(
@@ -301,12 +314,10 @@ class ActorMethod:
                     f"enable_task_events must be True or False, got {rest['enable_task_events']!r}"
                 )
             call_options["enable_task_events"] = rest["enable_task_events"]
-        return ActorMethod(
-            self._handle,
-            self._name,
-            self._num_returns if num_returns is None else num_returns,
-            call_options,
-        )
+        n = self._num_returns if num_returns is None else num_returns
+        _options.check_num_returns(n)
+        _options.check_backpressure(backpressure)
+        return ActorMethod(self._handle, self._name, n, call_options, backpressure)
 
     def __repr__(self) -> str:
         return f"<ActorMethod {self._handle._meta['class_name']}.{self._name}>"
@@ -428,8 +439,9 @@ class ActorHandle:
         name: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        num_returns: int,
+        num_returns: int | str,
         *,
+        backpressure: int = -1,
         concurrency_group: str | None = None,
         enable_task_events: bool | None = None,
     ) -> Any:
@@ -449,7 +461,8 @@ class ActorHandle:
 
         sv, dep_refs = serialize_call_args(client, name, args, kwargs)
         task_id = client.next_task_id()
-        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(num_returns, 1) + 1)]
+        wire_n = wire_num_returns(num_returns)  # generators: -1 streaming, -2 dynamic
+        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(wire_n, 1) + 1)]
         rec = TaskRecord()
         rec.task_id = task_id
         rec.name = f"{self._meta['class_name']}.{name}"
@@ -459,7 +472,7 @@ class ActorHandle:
             function_id=b"",
             name=name,
             args_blob=sv.to_bytes(),
-            num_returns=num_returns,
+            num_returns=wire_n,
             max_calls=0,
             retry_exceptions=False,
         )
@@ -487,6 +500,9 @@ class ActorHandle:
             client.table.create_owned(oid, task=rec)
         client.table.add_submitted(rec.dep_ids + rec.nested_ids)
         refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+        generator = None
+        if wire_n < 0:
+            generator = start_generator(client, rec, wire_n, backpressure, refs[0])
         try:
             client.actor_submitter.submit(rec, self._meta.get("max_pending_calls", -1))
         except exc.PendingCallsLimitExceeded:
@@ -495,7 +511,11 @@ class ActorHandle:
             client.table.remove_submitted(rec.dep_ids + rec.nested_ids)
             for r in refs:
                 r._client = None
+            if generator is not None:
+                registry(client).pop(task_id, None)
             raise
+        if generator is not None:
+            return generator
         if num_returns == 1:
             return refs[0]
         if num_returns == 0:

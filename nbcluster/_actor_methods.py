@@ -26,8 +26,18 @@ _RETRIES = "__nbcluster_max_task_retries__"
 
 
 def _check_num_returns(value: object) -> None:
+    if value in ("streaming", "dynamic"):
+        return
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"num_returns must be an integer >= 0, got {value!r}")
+        raise ValueError(
+            f'num_returns must be an integer >= 0, "streaming" or "dynamic", got {value!r}'
+        )
+
+
+def _default_returns(fn: Any) -> int | str:
+    """Generator methods stream by default (Ray >= 2.8)."""
+    gen = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+    return "streaming" if gen else 1
 
 
 def check_group_name(value: object, where: str) -> None:
@@ -51,7 +61,7 @@ def method(__fn: F) -> F: ...
 @overload
 def method(
     *,
-    num_returns: int = ...,
+    num_returns: int | str = ...,
     concurrency_group: str | None = ...,
     enable_task_events: bool = ...,
     max_task_retries: int = ...,
@@ -130,7 +140,7 @@ def method_meta(cls: type) -> dict[str, dict[str, Any]]:
             continue
         fn = getattr(member, "__func__", member)
         entry: dict[str, Any] = {
-            "num_returns": getattr(fn, _NUM_RETURNS, 1),
+            "num_returns": getattr(fn, _NUM_RETURNS, _default_returns(fn)),
             "is_async": inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn),
         }
         group = getattr(fn, _GROUP, None)

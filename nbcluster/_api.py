@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nbcluster import exceptions as exc
+from nbcluster._generator import ObjectRefGenerator, wait_mixed
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context, proc
 from nbcluster._runtime.core.client import CoreClient
@@ -342,6 +343,11 @@ def _client_or_autoinit() -> CoreClient:
 def _as_ref_list(refs: Any, fn: str) -> tuple[list[ObjectRef], bool]:
     if isinstance(refs, ObjectRef):
         return [refs], True
+    if isinstance(refs, ObjectRefGenerator):
+        raise TypeError(
+            f"{fn}() does not take an ObjectRefGenerator: iterate it (for ref in gen) and "
+            f"pass the refs it gives, or {fn}(gen.completed()) for the end of its task"
+        )
     if isinstance(refs, (list, tuple)):
         for i, r in enumerate(refs):
             if not isinstance(r, ObjectRef):
@@ -456,6 +462,10 @@ def wait(
     client = context.require_client()
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expects a list of ObjectRefs; wrap a single ref in a list")
+    if isinstance(object_refs, (list, tuple)) and any(
+        isinstance(r, ObjectRefGenerator) for r in object_refs
+    ):
+        return _wait_generators(client, object_refs, num_returns, timeout)
     refs, _ = _as_ref_list(object_refs, "wait")
     if len(set(refs)) != len(refs):
         raise ValueError("wait() was given the same ObjectRef more than once")
@@ -483,6 +493,31 @@ def wait(
     return ready, not_ready
 
 
+def _wait_generators(
+    client: CoreClient, items: Sequence[Any], num_returns: int, timeout: float | None
+) -> tuple[list[Any], list[Any]]:
+    """``wait`` over refs and ``ObjectRefGenerator``s (ready: ``next`` would not block)."""
+    for i, r in enumerate(items):
+        if not isinstance(r, (ObjectRef, ObjectRefGenerator)):
+            raise TypeError(
+                f"wait() expects ObjectRefs or ObjectRefGenerators, but item {i} is a "
+                f"{type(r).__name__}"
+            )
+    refs = [r for r in items if isinstance(r, ObjectRef)]
+    if len({id(r) for r in items}) != len(items) or len(set(refs)) != len(refs):
+        raise ValueError("wait() was given the same ObjectRef more than once")
+    if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 0:
+        raise TypeError(f"num_returns must be a non-negative int, got {num_returns!r}")
+    if num_returns > len(items):
+        raise ValueError(
+            f"num_returns ({num_returns}) cannot exceed the number of refs passed to wait() ({len(items)})"
+        )
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return wait_mixed(client, items, num_returns, deadline)
+
+
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that produces ``object_ref``.
 
@@ -495,6 +530,8 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     only sees ``get_runtime_context().is_canceled()`` turn True. ``force=True`` is refused.
     """
     client = context.require_client()
+    if isinstance(object_ref, ObjectRefGenerator):  # cancels the generator task
+        object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
     if _is_client(client):

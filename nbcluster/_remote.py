@@ -11,8 +11,10 @@ from typing import Any, Generic, TypeVar, overload
 import cloudpickle
 
 from nbcluster import options as _options
+from nbcluster._generator import start_generator
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.generators import wire_num_returns
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import function_hash, serialize
@@ -37,7 +39,8 @@ class RemoteFunction(Generic[R]):
     """A function that runs as a task in the cluster: call it with ``.remote(...)``.
 
     Created by ``@nbcluster.remote``. ``f.remote(*args)`` returns an :class:`ObjectRef`
-    (or a list of them when ``num_returns > 1``) at once; the task runs on a worker.
+    (or a list of them when ``num_returns > 1``; for a generator function an
+    :class:`~nbcluster.ObjectRefGenerator`) at once; the task runs on a worker.
     ``f.options(**overrides).remote(...)`` changes options for one call.
     """
 
@@ -270,7 +273,8 @@ def submit_task(
     nested = [r.binary() for r in sv.contained_refs]
     task_id = client.next_task_id()
     n = opts.num_returns
-    return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(n, 1) + 1)]
+    wire_n = wire_num_returns(n)  # generators: "streaming"/"dynamic" travel as -1/-2
+    return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(wire_n, 1) + 1)]
     rec = TaskRecord()
     rec.task_id = task_id
     rec.name = name
@@ -280,7 +284,7 @@ def submit_task(
         function_id=function_id,
         name=name,
         args_blob=sv.to_bytes(),
-        num_returns=n,
+        num_returns=wire_n,
         max_calls=opts.max_calls,
         retry_exceptions=opts.retry_exceptions,
     )
@@ -315,6 +319,12 @@ def submit_task(
         client.table.create_owned(oid, task=rec)
     client.table.add_submitted(rec.dep_ids + nested)
     refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+    if wire_n < 0:
+        result = start_generator(
+            client, rec, wire_n, opts._generator_backpressure_num_objects, refs[0]
+        )
+        client.submitter.submit(rec)
+        return result
     client.submitter.submit(rec)
     if n == 1:
         return refs[0]
@@ -356,4 +366,6 @@ def _make(target: Any, options: dict[str, Any]) -> Any:
         raise TypeError(
             f"@nbcluster.remote needs a function or a class, got {type(target).__name__}"
         )
+    if "num_returns" not in options and inspect.isgeneratorfunction(target):
+        options = {**options, "num_returns": "streaming"}  # Ray >= 2.8: generators stream
     return RemoteFunction(target, _options.task_options(options, where="decorator"))

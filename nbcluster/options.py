@@ -102,6 +102,26 @@ def _check_int(name: str, value: object, minimum: int, meaning: str = "") -> Non
         raise ValueError(f"{rule}, got {value!r}")
 
 
+def check_num_returns(value: object) -> None:
+    """An int >= 0, or "streaming" / "dynamic" (generator tasks)."""
+    if value in ("streaming", "dynamic"):
+        return
+    if isinstance(value, str):
+        raise ValueError(
+            f'num_returns must be an integer >= 0, "streaming" or "dynamic", got {value!r}'
+        )
+    _check_int("num_returns", value, 0, 'or "streaming" / "dynamic" for generators')
+
+
+def check_backpressure(value: object) -> None:
+    """``_generator_backpressure_num_objects``: -1 (off) or a positive int."""
+    _check_int("_generator_backpressure_num_objects", value, -1, "-1 means no backpressure")
+    if value == 0:
+        raise ValueError(
+            "_generator_backpressure_num_objects must be -1 (no backpressure) or >= 1, got 0"
+        )
+
+
 def _check_optional_str(name: str, value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"{name} must be a string or None, got {_describe(value)}")
@@ -191,6 +211,11 @@ def _normalize_concurrency_groups(value: object) -> FrozenResources | None:
     return value if isinstance(value, FrozenResources) else FrozenResources(value)
 
 
+def _public(names: frozenset[str]) -> list[str]:
+    """Option names to list in errors (Ray's private ``_...`` options are accepted, not shown)."""
+    return sorted(n for n in names if not n.startswith("_"))
+
+
 def _check_keys(
     kwargs: Mapping[str, object],
     valid: frozenset[str],
@@ -213,7 +238,7 @@ def _check_keys(
         close = difflib.get_close_matches(str(key), allowed, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(
-            f"Invalid option {key!r} for {what}. Valid options: {', '.join(sorted(allowed))}.{hint}"
+            f"Invalid option {key!r} for {what}. Valid options: {', '.join(_public(allowed))}.{hint}"
         )
 
 
@@ -232,8 +257,13 @@ class TaskOptions:
     """Custom resources, such as ``{"TPU": 1}``. Stored as a read-only mapping."""
     memory: float = 0
     """Bytes of memory reserved for scheduling (not enforced)."""
-    num_returns: int = 1
-    """Number of ObjectRefs ``.remote()`` returns; 0 returns ``None``."""
+    num_returns: int | str = 1
+    """Number of ObjectRefs ``.remote()`` returns; 0 returns ``None``. ``"streaming"`` (the
+    default for generator functions) returns an ``ObjectRefGenerator``; ``"dynamic"`` one
+    ref to a ``DynamicObjectRefGenerator``."""
+    _generator_backpressure_num_objects: int = -1
+    """Streaming generators: the task pauses while this many yielded values are not yet
+    taken by ``next()``; -1 (the default) never pauses."""
     max_retries: int = 3
     """Retries after the worker dies (``WorkerCrashedError``); -1 retries forever."""
     retry_exceptions: bool | tuple[type[BaseException], ...] = False
@@ -254,7 +284,8 @@ class TaskOptions:
         _check_amount("num_gpus", self.num_gpus)
         _check_amount("memory", self.memory)
         object.__setattr__(self, "resources", _normalize_resources(self.resources))
-        _check_int("num_returns", self.num_returns, 0)
+        check_num_returns(self.num_returns)
+        check_backpressure(self._generator_backpressure_num_objects)
         _check_int("max_retries", self.max_retries, -1, "-1 means retry forever")
         object.__setattr__(
             self, "retry_exceptions", _normalize_retry_exceptions(self.retry_exceptions)

@@ -619,6 +619,8 @@ def _children(obj: object) -> Iterator[tuple[str, object]]:
         for key, arg in obj.keywords.items():
             yield f".keywords[{key!r}]", arg
         return
+    if "__reduce__" in t.__dict__:
+        return  # its own reducer decides what is pickled (it may refuse: ObjectRefGenerator)
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
         for key, v in list(attrs.items()):

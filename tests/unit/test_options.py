@@ -178,10 +178,29 @@ def test_resources_must_be_a_dict_of_amounts() -> None:
 
 def test_num_returns() -> None:
     assert TaskOptions().merge(num_returns=0).num_returns == 0
-    with pytest.raises(ValueError, match=r"^num_returns must be an integer >= 0, got -1$"):
+    with pytest.raises(
+        ValueError,
+        match=r'^num_returns must be an integer >= 0 \(or "streaming" / "dynamic" for '
+        r"generators\), got -1$",
+    ):
         TaskOptions().merge(num_returns=-1)
-    with pytest.raises(TypeError, match=r"^num_returns must be an integer >= 0, got 'dynamic'"):
-        TaskOptions().merge(num_returns="dynamic")
+    # generator tasks (issue 20)
+    assert TaskOptions().merge(num_returns="dynamic").num_returns == "dynamic"
+    assert TaskOptions().merge(num_returns="streaming").num_returns == "streaming"
+    with pytest.raises(ValueError, match=r'"streaming" or "dynamic", got \'stream\'$'):
+        TaskOptions().merge(num_returns="stream")
+    with pytest.raises(TypeError, match=r"^num_returns must be an integer"):
+        TaskOptions().merge(num_returns=1.5)
+
+
+def test_generator_backpressure_option() -> None:
+    opts = TaskOptions().merge(_generator_backpressure_num_objects=2)
+    assert opts._generator_backpressure_num_objects == 2
+    assert TaskOptions()._generator_backpressure_num_objects == -1  # off by default, as Ray
+    with pytest.raises(ValueError, match=r"-1 \(no backpressure\) or >= 1, got 0$"):
+        TaskOptions().merge(_generator_backpressure_num_objects=0)
+    with pytest.raises(ValueError, match=r"-1 means no backpressure"):
+        TaskOptions().merge(_generator_backpressure_num_objects=-2)
 
 
 def test_scheduling_strategy() -> None:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import proc
+from nbcluster._runtime.core import generators
 from nbcluster._runtime.core.ownership import (
     PENDING,
     READY,
@@ -134,6 +135,7 @@ class CoreClient:
         self.server = make_server(self.token, max_message_bytes=self.config.rpc_max_message_bytes)
         self.service = (servicer_factory or CoreWorkerService)(self)
         pb_grpc.add_CoreWorkerServicer_to_server(self.service, self.server)
+        generators.add_to_server(self, self.server)  # items of generator tasks owned here
         port = bind(self.server, self.host, 0)
         self.address = f"{self.host}:{port}"
         self.table.address = self.address
@@ -451,6 +453,12 @@ class CoreClient:
     def get_value(self, ref: Any, entry: Entry, deadline: float | None) -> Any:
         """``value_of``, riding out a node that died under the object (it is rebuilt or lost)."""
         while True:
+            if entry.state != READY:  # a node death reset it while we read others: rebuilt
+                self.wait_entries([entry], 1, deadline)
+                if entry.state != READY:
+                    raise exc.GetTimeoutError(
+                        f"get() timed out while {ref.hex()} was being rebuilt"
+                    )
             try:
                 return self.value_of(ref._id, entry)
             except SourceUnavailable as e:

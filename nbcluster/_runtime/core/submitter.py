@@ -64,6 +64,7 @@ class TaskRecord:
         "locality",
         "oom_retries_left",
         "resolved",
+        "generator",
     )
 
     def __init__(self) -> None:
@@ -78,6 +79,7 @@ class TaskRecord:
         self.locality = ""  # node manager holding most of its argument bytes
         self.oom_retries_left: int | None = None  # separate budget for memory-monitor kills
         self.resolved = False  # arguments ready (actor calls wait in order until then)
+        self.generator: Any = None  # generator tasks: their stream (core/generators.py)
 
 
 class KeyQueue:
@@ -741,6 +743,8 @@ class Submitter:
         for entry in ready:
             table.wake(entry)
             self.object_ready(entry)
+        if rec.generator is not None:  # where the stream ends (and its error's position)
+            rec.generator.task_finished()
         release = table.remove_submitted(rec.dep_ids + rec.nested_ids)
         if release:
             self.client._queue_release(release)
@@ -869,6 +873,8 @@ class Submitter:
             rec.spec.attempt += 1
             rec.done = False
             rec.lease = None
+            if rec.generator is not None:
+                rec.generator.reopen()  # a generator task: its items are reported again
             self.tasks[rec.task_id] = rec
             table.add_submitted(rec.dep_ids + rec.nested_ids)
             self._resolve_deps(rec, touched)

@@ -37,6 +37,11 @@ from nbcluster._runtime.task_events import RunningAttempts, error_info
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
 from nbcluster._runtime.worker.concurrency import group_limits
+from nbcluster._runtime.worker.generators import (
+    is_generator_call,
+    run_generator,
+    run_generator_async,
+)
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster.config import Config
@@ -460,13 +465,17 @@ class Executor:
             else:
                 args, kwargs = self.resolve_args(spec)
             result = method(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            returns = self._serialize_returns(spec, self._split_returns(spec, result))
-            if any(sv.total_size > self.client.config.max_inline_bytes for _, sv in returns):
-                await asyncio.to_thread(self._add_returns, returns, reply, spec.owner_address)
+            if is_generator_call(spec, result):
+                await run_generator_async(self, spec, result, reply)
             else:
-                self._add_returns(returns, reply, spec.owner_address)
+                if inspect.isawaitable(result):
+                    result = await result
+                returns = self._serialize_returns(spec, self._split_returns(spec, result))
+                big = self.client.config.max_inline_bytes
+                if any(sv.total_size > big for _, sv in returns):
+                    await asyncio.to_thread(self._add_returns, returns, reply, spec.owner_address)
+                else:
+                    self._add_returns(returns, reply, spec.owner_address)
         except (SystemExit, exc.AsyncioActorExit) as e:
             self._exit_raised(spec, e, reply)
         except BaseException as e:  # noqa: BLE001 - user code raised; report it
@@ -529,7 +538,10 @@ class Executor:
                 fn = self.function(spec)
                 args, kwargs = self.resolve_args(spec)
                 result = fn(*args, **kwargs)
-                self._store_returns(spec, self._split_returns(spec, result), reply)
+                if is_generator_call(spec, result):
+                    run_generator(self, spec, result, reply)
+                else:
+                    self._store_returns(spec, self._split_returns(spec, result), reply)
             except KeyboardInterrupt:
                 if spec.task_id in self.cancelled:
                     reply.cancelled = True
