@@ -144,7 +144,11 @@ def test_method_works_bare_and_with_options() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"num_returns": -1}, ValueError, r"^num_returns must be an integer >= 0, got -1$"),
+        (
+            {"num_returns": -1},
+            ValueError,
+            r'^num_returns must be an integer >= 0, "streaming" or "dynamic", got -1$',
+        ),
         ({"concurrency_group": ""}, TypeError, r"concurrency_group must be the name of one"),
         ({"concurrency_group": 3}, TypeError, r"a non-empty string\), got 3$"),
         ({"enable_task_events": "no"}, TypeError, r"^enable_task_events must be True or False"),
