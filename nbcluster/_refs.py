@@ -6,6 +6,8 @@ value when no ref remains anywhere (DESIGN §1, ownership).
 
 from __future__ import annotations
 
+import _thread
+import threading
 import types
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -168,6 +170,13 @@ class ObjectRef:
         if client is not None:
             try:  # noqa: SIM105 - contextlib may be gone at interpreter shutdown
                 client.remove_local_ref(self._id)
+            except KeyboardInterrupt:
+                # Ctrl-C landed in this finalizer, where Python would print and drop it
+                # ("Exception ignored in"): deliver it to the main thread again, a moment
+                # later (once this finalizer has returned).
+                timer = threading.Timer(0.05, _thread.interrupt_main)
+                timer.daemon = True
+                timer.start()
             except Exception:  # noqa: BLE001 - never raise from __del__
                 pass
 

@@ -87,12 +87,26 @@ class _Slow:
         return batch
 
 
-def _interrupt_main_after(seconds: float) -> threading.Timer:
-    main = threading.main_thread().ident
-    assert main is not None
-    timer = threading.Timer(seconds, lambda: signal.pthread_kill(main, signal.SIGINT))
-    timer.start()
-    return timer
+class _Interrupter(threading.Thread):
+    """Interrupts the main thread as Ctrl-C does after ``seconds``, then again every 3 s
+    until ``done`` is set, as a user presses again when the first one seems lost (Python
+    drops a KeyboardInterrupt raised inside a finalizer; ObjectRef's re-delivers it)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.seconds = seconds
+        self.done = threading.Event()
+        self.sent = 0
+        self.start()
+
+    def run(self) -> None:
+        main = threading.main_thread().ident
+        assert main is not None
+        delay = self.seconds
+        while not self.done.wait(delay):
+            signal.pthread_kill(main, signal.SIGINT)
+            self.sent += 1
+            delay = 3.0
 
 
 @pytest.mark.parametrize("pool", [False, True], ids=["tasks", "actor-pool"])
@@ -105,14 +119,18 @@ def test_interrupt_cancels_tasks_and_stops_pools(small_store: None, pool: bool) 
         ds = ds.map_batches(lambda b: (time.sleep(0.3), b)[1])
     timer = None
     seen = 0
-    with pytest.raises(KeyboardInterrupt):
-        for _ in ds.iter_batches(batch_size=None, prefetch_batches=0):
-            seen += 1
-            if timer is None:  # the pipeline is running: interrupt it from "the kernel"
-                timer = _interrupt_main_after(0.3)
-                started = time.monotonic()
-    assert timer is not None
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in ds.iter_batches(batch_size=None, prefetch_batches=0):
+                seen += 1
+                if timer is None:  # the pipeline is running: interrupt it from "the kernel"
+                    timer = _Interrupter(0.3)
+                    started = time.monotonic()
+    finally:
+        if timer is not None:
+            timer.done.set()
+            timer.join()
+    assert timer is not None and timer.sent >= 1
     assert time.monotonic() - started < 10
     assert 0 < seen < 100
     ex = ds._last_execution

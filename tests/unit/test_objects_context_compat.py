@@ -129,3 +129,28 @@ def test_assigned_resources_report_placement_group_names_as_asked() -> None:
     }
     assert _original_resources(granted) == {"CPU": 2.0, "custom": 1.0}
     assert _original_resources({f"GPU_group_{pg}": 1.0}) == {"GPU": 1.0}
+
+
+def test_ctrl_c_inside_a_refs_finalizer_is_delivered_again() -> None:
+    # Python prints and drops an exception raised in __del__; a KeyboardInterrupt that lands
+    # while a ref is released must reach the main thread anyway (a lost Ctrl-C in a cell).
+    import gc
+
+    from nbcluster._refs import ObjectRef
+
+    class Client:
+        def add_local_ref(self, object_id: bytes, owner: str, borrowed: bool) -> None:
+            pass
+
+        def remove_local_ref(self, object_id: bytes) -> None:
+            raise KeyboardInterrupt
+
+    ref = ObjectRef._new(b"\x01" * 20, "owner", Client())  # type: ignore[arg-type]
+    import time
+
+    with pytest.raises(KeyboardInterrupt):
+        del ref
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the re-delivered interrupt arrives here
+            time.sleep(0.01)
