@@ -22,11 +22,10 @@ import contextvars
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from nbcluster import exceptions as exc
 from nbcluster._generator import DynamicObjectRefGenerator
 from nbcluster._runtime.core import generators as core_gen
 from nbcluster._runtime.protocol.protos import generators_pb2 as gpb
-from nbcluster._runtime.serialization import serialize
+from nbcluster._runtime.worker.returns import place, serialize_value
 
 if TYPE_CHECKING:
     from nbcluster._runtime.core.client import CoreClient
@@ -44,29 +43,10 @@ def is_generator_call(spec: pb.TaskSpec, result: Any) -> bool:
 
 
 def _store(client: CoreClient, oid: bytes, value: Any, spec: pb.TaskSpec) -> dict[str, Any]:
-    """Serialize one value and put it inline or in the local store (owned by the call's
-    caller, like any return); its location fields."""
-    name = spec.function_name
-    try:
-        sv = serialize(value)
-    except exc.SerializationError as e:
-        raise exc.SerializationError(
-            f"a value yielded by {name} could not be serialized: {e}"
-        ) from None
-    if sv.contained_refs:
-        client.table.mark_escaped(
-            [r.binary() for r in sv.contained_refs if r.owner_address == client.address]
-        )
-    if sv.total_size <= client.config.max_inline_bytes:
-        return {"object_id": oid, "data": sv.to_bytes(), "size": sv.total_size}
-    client.write_to_store(oid, sv, spec.owner_address)  # one copy, into shared memory
-    return {
-        "object_id": oid,
-        "in_store": True,
-        "size": sv.total_size,
-        "node_id": client.node_id,
-        "node_address": client.node_address,
-    }
+    """One yielded value, inline or in the local store (owned by the call's caller, like
+    any return): its location fields."""
+    sv = serialize_value(client, value, f"a value yielded by {spec.function_name}")
+    return place(client, oid, sv, spec.owner_address)
 
 
 def _not_a_generator(spec: pb.TaskSpec, result: Any) -> TypeError:

@@ -44,6 +44,7 @@ from nbcluster._runtime.worker.generators import (
 )
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
+from nbcluster._runtime.worker.returns import place, serialize_value
 from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
@@ -598,40 +599,19 @@ class Executor:
     def _serialize_returns(
         self, spec: pb.TaskSpec, values: list[Any]
     ) -> list[tuple[bytes, SerializedValue]]:
-        client = self.client
-        out = []
-        for i, value in enumerate(values, start=1):
-            try:
-                sv = serialize(value)
-            except exc.SerializationError as e:
-                raise exc.SerializationError(
-                    f"the return value of {spec.function_name} could not be serialized: {e}"
-                ) from None
-            if sv.contained_refs:
-                client.table.mark_escaped(
-                    [r.binary() for r in sv.contained_refs if r.owner_address == client.address]
-                )
-            out.append((spec.task_id + i.to_bytes(4, "big"), sv))
-        return out
+        what = f"the return value of {spec.function_name}"
+        return [
+            (spec.task_id + i.to_bytes(4, "big"), serialize_value(self.client, value, what))
+            for i, value in enumerate(values, start=1)
+        ]
 
     def _add_returns(
         self, returns: list[tuple[bytes, SerializedValue]], reply: pb.TaskReply, owner: str
     ) -> None:
         """Small values inline in the reply; larger ones written to the node's store, owned
         by ``owner`` (the caller)."""
-        client = self.client
         for oid, sv in returns:
-            if sv.total_size <= client.config.max_inline_bytes:
-                reply.returns.add(object_id=oid, data=sv.to_bytes(), size=sv.total_size)
-            else:
-                client.write_to_store(oid, sv, owner)
-                reply.returns.add(
-                    object_id=oid,
-                    in_store=True,
-                    size=sv.total_size,
-                    node_id=client.node_id,
-                    node_address=client.node_address,
-                )
+            reply.returns.add(**place(self.client, oid, sv, owner))
 
     def _error_returns(self, spec: pb.TaskSpec, error: BaseException, reply: pb.TaskReply) -> None:
         self.last_error = error_info(error)  # issue 17: the state API shows why it failed
