@@ -1,0 +1,76 @@
+"""L01: 100,000 no-op tasks queued behind blocked CPUs, then released (issue 12, item 6).
+
+Every task completes with ``None``; the driver's memory grows by at most about 5 KB per
+pending ref while they wait; afterwards the cluster's resources are back to the baseline.
+The submission rate is recorded as a test property (it lands in a JUnit report), never
+asserted.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nbcluster
+from nbcluster.testing import poll_for
+
+N = 100_000
+MAX_BYTES_PER_PENDING_REF = 5 * 1024
+
+
+def _rss() -> int:
+    with open(f"/proc/{os.getpid()}/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@nbcluster.remote
+def hold(gate: str, started: str) -> None:
+    Path(started, str(os.getpid())).touch()
+    while not os.path.exists(gate):
+        time.sleep(0.01)
+
+
+@nbcluster.remote
+def noop() -> None:
+    return None
+
+
+def test_l01_100k_queued_tasks_all_complete_with_bounded_driver_memory(
+    cluster: Any, tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
+    cluster(num_cpus=2)
+    total = nbcluster.cluster_resources()
+    gate, started = tmp_path / "go", tmp_path / "started"
+    started.mkdir()
+    holders = [hold.remote(str(gate), str(started)) for _ in range(2)]
+    poll_for(lambda: len(list(started.iterdir())) == 2, 60, message="the CPUs were not blocked")
+    gc.collect()
+    before = _rss()
+    t0 = time.perf_counter()
+    refs = [noop.remote() for _ in range(N)]
+    submit_s = time.perf_counter() - t0
+    gc.collect()
+    grown = _rss() - before
+    record_property("l01_submissions_per_second", round(N / submit_s))
+    record_property("l01_driver_bytes_per_pending_ref", round(grown / N))
+    assert grown <= MAX_BYTES_PER_PENDING_REF * N, (
+        f"the driver grew {grown / N:.0f} bytes per pending ref (bound: "
+        f"{MAX_BYTES_PER_PENDING_REF})"
+    )
+    ready, _ = nbcluster.wait(refs, num_returns=1, timeout=0)
+    assert not ready  # queued behind the blocked CPUs, not run
+    gate.touch()
+    values = nbcluster.get(refs, timeout=600)
+    assert len(values) == N and all(v is None for v in values)
+    assert nbcluster.get(holders, timeout=60) == [None, None]
+    del refs, values
+    poll_for(
+        lambda: nbcluster.available_resources().get("CPU") == total.get("CPU"),
+        30,
+        message="the CPUs did not come back",
+    )
