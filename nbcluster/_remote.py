@@ -269,6 +269,7 @@ def submit_task(
     opts: _options.TaskOptions,
 ) -> Any:
     """Serialize the arguments, record the task as owned, and hand it to the submitter."""
+    client.submitter.check_capacity()  # nothing is recorded for a task refused here
     sv, dep_refs = serialize_call_args(client, name, args, kwargs)
     nested = [r.binary() for r in sv.contained_refs]
     task_id = client.next_task_id()

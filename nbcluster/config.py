@@ -79,6 +79,9 @@ class Config:
     """How often the memory monitor checks (0 turns it off)."""
     task_oom_retries: int = 3
     """Retries of a task killed by the memory monitor (separate from max_retries; -1: forever)."""
+    max_pending_tasks: int = 0
+    """The most tasks (not actor calls) one driver or worker may have submitted and not yet
+    finished; one more raises ``PendingTasksLimitExceeded`` at ``.remote()`` (0: no limit)."""
     autoscale_max_nodes: int = 0
     """A local cluster started by ``init()`` grows to this many nodes under load (0: fixed size)."""
     autoscale_idle_timeout_s: float = 60.0

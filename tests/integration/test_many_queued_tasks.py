@@ -74,3 +74,27 @@ def test_l01_100k_queued_tasks_all_complete_with_bounded_driver_memory(
         30,
         message="the CPUs did not come back",
     )
+
+
+def test_l05_the_driver_cap_refuses_one_task_too_many_then_recovers(
+    cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NBCLUSTER_MAX_PENDING_TASKS", "10")
+    cluster(num_cpus=2)
+    gate, started = tmp_path / "go", tmp_path / "started"
+    started.mkdir()
+    refs = [hold.remote(str(gate), str(started)) for _ in range(2)]
+    refs += [noop.remote() for _ in range(8)]  # 10 pending: the cap
+    with pytest.raises(nbcluster.exceptions.PendingTasksLimitExceeded, match=r"\(10\)"):
+        noop.remote()
+    owned = len(nbcluster.state.owned_objects())
+    with pytest.raises(nbcluster.exceptions.PendingTasksLimitExceeded):
+        noop.remote()
+    assert len(nbcluster.state.owned_objects()) == owned  # a refused task leaves nothing
+    gate.touch()
+    assert nbcluster.get(refs, timeout=60) == [None] * 10
+    poll_for(lambda: _submitted_all([noop.remote() for _ in range(10)]), 30)
+
+
+def _submitted_all(refs: list[Any]) -> bool:
+    return nbcluster.get(refs, timeout=60) == [None] * len(refs)

@@ -147,6 +147,7 @@ class Submitter:
         self._inbox: collections.deque[TaskRecord] = collections.deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
+        self._open: set[bytes] = set()  # tasks (not actor calls) submitted and not yet done
         self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.closed = False
         self.node_watch_running = False
@@ -156,9 +157,18 @@ class Submitter:
         self.pending_report = PendingReporter(client)  # issue 17: list_tasks sees waiting tasks
 
     # -- from user threads ------------------------------------------------------------------
+    def check_capacity(self) -> None:
+        """Raise ``PendingTasksLimitExceeded`` when this process already has
+        ``max_pending_tasks`` tasks submitted and not finished (thread-safe)."""
+        cap = self.client.config.max_pending_tasks
+        if cap > 0 and len(self._open) >= cap:
+            raise exc.PendingTasksLimitExceeded(limit=cap)
+
     def submit(self, rec: TaskRecord) -> None:
         """Queue a task built by the caller (thread-safe, batched wake-up of the loop)."""
         with self._inbox_lock:
+            if not rec.actor:
+                self._open.add(rec.task_id)
             self._inbox.append(rec)
             if self._inbox_scheduled:
                 return
@@ -739,6 +749,9 @@ class Submitter:
     def _finish(self, rec: TaskRecord, ready: list[Entry]) -> None:
         rec.done = True
         self.tasks.pop(rec.task_id, None)
+        if self._open:
+            with self._inbox_lock:
+                self._open.discard(rec.task_id)
         table = self.client.table
         for entry in ready:
             table.wake(entry)
