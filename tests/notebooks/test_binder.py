@@ -75,7 +75,7 @@ def _imports(source: str) -> set[str]:
 
 
 #: Import names whose distribution is called something else.
-IMPORT_TO_DIST = {"sklearn": "scikit-learn", "yaml": "pyyaml"}
+IMPORT_TO_DIST = {"sklearn": "scikit-learn", "yaml": "pyyaml", "IPython": "ipython"}
 
 
 def test_everything_the_tutorials_import_is_installed_on_binder():
