@@ -148,9 +148,13 @@ def test_ctrl_c_inside_a_refs_finalizer_is_delivered_again() -> None:
     ref = ObjectRef._new(b"\x01" * 20, "owner", Client())  # type: ignore[arg-type]
     import time
 
-    with pytest.raises(KeyboardInterrupt):
-        del ref
-        gc.collect()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # the re-delivered interrupt arrives here
-            time.sleep(0.01)
+    gc.collect()  # finalizers of earlier tests run now, not where the interrupt lands
+    gc.disable()  # no collection (and no other finalizer) in this thread while it comes
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            del ref  # refcount zero: __del__ runs here, and raises inside it
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the re-delivered interrupt arrives here
+                time.sleep(0.01)
+    finally:
+        gc.enable()
