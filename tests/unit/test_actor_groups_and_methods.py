@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import types
-from typing import Any
 
 import cloudpickle
 import pytest
@@ -18,7 +17,8 @@ import pytest
 import nbcluster
 from nbcluster import exceptions as exc
 from nbcluster._actor_methods import check_call_group
-from nbcluster._runtime.core.actor_submitter import ActorConn, ActorSubmitter
+from nbcluster._runtime.core import instructions as ins
+from nbcluster._runtime.core.actor_state import ActorCallState, ActorConn
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.worker.concurrency import DEFAULT_GROUP, GroupQueues, group_limits
 from nbcluster.options import ActorOptions
@@ -271,21 +271,8 @@ def test_exit_actor_outside_an_actor_is_a_type_error() -> None:
 # --------------------------------------------------------------------------- the caller's view
 
 
-class _FakeSubmitter:
-    def __init__(self) -> None:
-        self.failed: list[tuple[Any, BaseException]] = []
-
-    def _fail(self, rec: Any, error: BaseException) -> None:
-        self.failed.append((rec, error))
-
-
-class _FakeClient:
-    def __init__(self) -> None:
-        self.submitter = _FakeSubmitter()
-
-
-def _conn(sub: ActorSubmitter, aid: bytes, address: str, owner: str, detached: bool = False):
-    conn = sub.conns[aid] = ActorConn(aid)
+def _conn(st: ActorCallState, aid: bytes, address: str, owner: str, detached: bool = False):
+    conn = st.conns[aid] = ActorConn(aid)
     conn.state = pb.ActorInfo.ALIVE
     conn.address = address
     conn.info = pb.ActorInfo(
@@ -301,26 +288,27 @@ def _conn(sub: ActorSubmitter, aid: bytes, address: str, owner: str, detached: b
 
 def test_after_kill_the_caller_holds_the_actor_and_its_descendants_dead_at_once() -> None:
     """What ``nbcluster.kill`` does on the I/O loop before any later call is queued."""
-    sub = ActorSubmitter(_FakeClient())  # type: ignore[arg-type]
-    parent = _conn(sub, b"parent", "w:1", owner="driver")
-    child = _conn(sub, b"child", "w:2", owner="w:1")
-    grandchild = _conn(sub, b"grandchild", "w:3", owner="w:2")
-    detached = _conn(sub, b"detached", "w:4", owner="w:1", detached=True)
-    other = _conn(sub, b"other", "w:5", owner="driver")
+    st = ActorCallState()
+    parent = _conn(st, b"parent", "w:1", owner="driver")
+    child = _conn(st, b"child", "w:2", owner="w:1")
+    grandchild = _conn(st, b"grandchild", "w:3", owner="w:2")
+    detached = _conn(st, b"detached", "w:4", owner="w:1", detached=True)
+    other = _conn(st, b"other", "w:5", owner="driver")
     queued = types.SimpleNamespace(done=False, spec=pb.TaskSpec(actor_id=b"child"))
     child.queue.append(queued)  # a call waiting for the child fails now
-    sub._killed(b"parent", no_restart=True)
+    out = st.killed(b"parent", no_restart=True)
     assert parent.state == child.state == grandchild.state == pb.ActorInfo.DEAD
     assert "killed with nbcluster.kill()" in str(parent.death)
     assert "(its owner) was killed" in str(child.death)
     assert "(its owner) was killed" in str(grandchild.death)
     assert detached.state == other.state == pb.ActorInfo.ALIVE
-    assert sub.client.submitter.failed == [(queued, child.death)]
+    assert [(i.record, i.error) for i in out if type(i) is ins.Fail] == [(queued, child.death)]
+    assert ins.CallDone(queued) in out
     # a kill that allows a restart leaves the actor to the head, but its children die
-    sub2 = ActorSubmitter(_FakeClient())  # type: ignore[arg-type]
-    p2 = _conn(sub2, b"p", "w:1", owner="driver")
-    c2 = _conn(sub2, b"c", "w:2", owner="w:1")
-    sub2._killed(b"p", no_restart=False)
+    st2 = ActorCallState()
+    p2 = _conn(st2, b"p", "w:1", owner="driver")
+    c2 = _conn(st2, b"c", "w:2", owner="w:1")
+    st2.killed(b"p", no_restart=False)
     assert p2.state == pb.ActorInfo.ALIVE and c2.state == pb.ActorInfo.DEAD
 
 
