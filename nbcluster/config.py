@@ -47,6 +47,9 @@ class Config:
     """A worker lease with no task for this long is returned to its node."""
     max_tasks_in_flight_per_worker: int = 32
     """Tasks pushed to one leased worker before waiting for replies (pipelining depth)."""
+    task_channels: bool = True
+    """Send tasks and actor calls to workers on raw-socket task channels (False: on gRPC
+    streams, as before; ``NBCLUSTER_TASK_CHANNELS=0``)."""
     object_store_memory: int | None = None
     """Bytes of shared memory for each node's object store; None picks from free memory."""
     store_base_dir: str = "/dev/shm"

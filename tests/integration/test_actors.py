@@ -937,7 +937,13 @@ DRIVER_B = textwrap.dedent(
         out["pid"] = nbcluster.get(keeper.pid.remote(), timeout=60)
         nbcluster.kill(keeper)
         pid = out["pid"]
-        while os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read():
+        def gone():  # reading a dying process's status can race its exit
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    return "zombie" in f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                return True
+        while not gone():
             time.sleep(0.05)
         try:
             nbcluster.get(keeper.bump.remote(), timeout=60)

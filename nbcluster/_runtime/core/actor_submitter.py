@@ -38,6 +38,7 @@ __all__ = ["ALIVE", "DEAD", "RESTARTING", "ActorConn", "ActorSubmitter"]
 
 log = logging.getLogger(__name__)
 
+
 class ActorSubmitter:
     """Submits this process's actor calls."""
 
@@ -151,9 +152,23 @@ class ActorSubmitter:
         if conn.call is not None:
             with contextlib.suppress(Exception):
                 conn.call.cancel()
-        conn.outbox = []
-        conn.call = self.client.core(i.address).PushTasks(wait_for_ready=True)
-        self.client.loop.create_task(self._reader(conn, conn.call, i.stream))
+            conn.call = None
+        conn.outbox = []  # what the old stream did not write is in flight: retried or failed
+        self.client.loop.create_task(self._open(conn, i.address, i.stream))
+
+    async def _open(self, conn: ActorConn, address: str, stream: int) -> None:
+        try:
+            call = await self.client.submitter.streams.open(address)
+        except (TimeoutError, RpcError, OSError) as err:
+            log.debug("could not open a stream to actor at %s: %r", address, err)
+            self._do(self.state.stream_ended(conn, stream))
+            return
+        if conn.stream != stream:  # replaced or closed meanwhile
+            call.cancel()
+            return
+        conn.call = call
+        self.client.loop.create_task(self._reader(conn, call, stream))
+        self._flush(conn)
 
     def _do_close_stream(self, i: ins.CloseActorStream) -> None:
         conn = i.conn
@@ -165,7 +180,10 @@ class ActorSubmitter:
     def _do_send(self, i: ins.SendActorCalls) -> None:
         conn = i.conn
         conn.outbox.extend(rec.spec for rec in i.records)
-        if not conn.writing:
+        self._flush(conn)
+
+    def _flush(self, conn: ActorConn) -> None:
+        if conn.outbox and not conn.writing and conn.call is not None:
             conn.writing = True
             self.client.loop.create_task(self._writer(conn))
 

@@ -903,6 +903,9 @@ class CoreWorkerService(pb_grpc.CoreWorkerServicer):
     async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
         return pb.Empty()
 
+    async def TaskChannel(self, request: pb.Empty, context: Any) -> pb.TaskChannelReply:
+        return pb.TaskChannelReply()  # a driver serves no task channel
+
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
         import grpc
 

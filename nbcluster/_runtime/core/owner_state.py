@@ -238,9 +238,7 @@ class OwnerState:
             return []
         return [PumpLater(kq, RETRY_REQUEST_S)]
 
-    def lease_reply(
-        self, kq: KeyQueue, rid: bytes, address: str, spill: bool, reply: Any
-    ) -> Out:
+    def lease_reply(self, kq: KeyQueue, rid: bytes, address: str, spill: bool, reply: Any) -> Out:
         """A node manager answered a lease request (``reply``: a ``LeaseReply``)."""
         kq.requests.pop(rid, None)
         kq.cancelling.discard(rid)
@@ -287,6 +285,8 @@ class OwnerState:
     def stream_open_failed(self, lease: Lease) -> Out:
         """The stream to a new lease could not be opened: nothing ran on it; put its tasks
         back in front, unchanged, and give the worker back as failed."""
+        if lease.dead or lease.returned:
+            return []  # given back meanwhile: its tasks were dealt with then
         recs = list(lease.inflight.values())
         lease.inflight.clear()
         lease.dead = True

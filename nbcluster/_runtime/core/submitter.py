@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime.core import instructions as ins
+from nbcluster._runtime.core.channel import StreamOpener
 from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, Release
 from nbcluster._runtime.core.pending_tasks import PendingReporter
@@ -53,6 +54,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+
 class Submitter:
     """Submits this process's tasks and tracks them until their results are in."""
 
@@ -74,6 +76,7 @@ class Submitter:
         self.node_watch_hold = 0.0  # keep watching until this time (monotonic) at least
         self.dead_nodes: set[bytes] = set()
         self.pending_report = PendingReporter(client)  # issue 17: list_tasks sees waiting tasks
+        self.streams = StreamOpener(client)  # task channels (or gRPC streams) to workers
         self._handlers: dict[type, Callable[[Any], None]] = {
             ins.Send: self._do_send,
             ins.RequestLease: self._do_request_lease,
@@ -151,7 +154,11 @@ class Submitter:
             if not spec.resources:  # get_runtime_context().get_assigned_resources()
                 spec.resources.update(lease.kq.resources)
             lease.outbox.append(spec)
-        if lease.outbox and not lease.writing:
+        self._flush(lease)
+
+    def _flush(self, lease: Lease) -> None:
+        """Start writing the lease's outbox (once its stream is open)."""
+        if lease.outbox and not lease.writing and lease.call is not None:
             lease.writing = True
             self.client.loop.create_task(self._writer(lease))
 
@@ -237,7 +244,9 @@ class Submitter:
                 if info.state != pb.PlacementGroupInfo.CREATED:
                     self._do(
                         self.state.route_unschedulable(
-                            kq, rid, exc.TaskUnschedulableError("the task's placement group was removed")
+                            kq,
+                            rid,
+                            exc.TaskUnschedulableError("the task's placement group was removed"),
                         )
                     )
                     return
@@ -261,15 +270,21 @@ class Submitter:
             )
 
     def _do_open_stream(self, i: ins.OpenStream) -> None:
-        lease = i.lease
+        self.client.loop.create_task(self._open_stream(i.lease))
+
+    async def _open_stream(self, lease: Lease) -> None:
         try:
-            lease.call = self.client.core(lease.worker_address).PushTasks(
-                metadata=(("nbc-lease", lease.lease_id.hex()),), wait_for_ready=True
-            )
-        except RpcError:
+            call = await self.streams.open(lease.worker_address, lease.lease_id.hex())
+        except (TimeoutError, RpcError, OSError) as err:
+            log.debug("could not open a stream to worker %s: %r", lease.worker_address, err)
             self._do(self.state.stream_open_failed(lease))
             return
+        if lease.dead or lease.returned:  # given back meanwhile (shutdown, its node died)
+            call.cancel()
+            return
+        lease.call = call
         self.client.loop.create_task(self._reader(lease))
+        self._flush(lease)
 
     async def _reader(self, lease: Lease) -> None:
         call = lease.call

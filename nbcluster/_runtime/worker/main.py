@@ -27,8 +27,10 @@ import cloudpickle
 from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
 from nbcluster._runtime.core.args import ArgPlaceholder
+from nbcluster._runtime.core.channel import ChannelServer
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
+from nbcluster._runtime.protocol import tls
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
@@ -122,10 +124,32 @@ class WorkerService(CoreWorkerService):
         super().__init__(client)
         self.executor = executor
         self.creating: dict[bytes, concurrent.futures.Future[pb.TaskReply]] = {}
+        self.channels: ChannelServer | None = None
+
+    async def start_channels(self) -> None:
+        """Serve task channels (core/channel.py) beside gRPC, on the same host."""
+        settings = tls.current()
+        self.channels = ChannelServer(
+            self.client.token,
+            self.serve_stream,
+            max_frame=self.client.config.rpc_max_message_bytes,
+            ssl_context=tls.ssl_context(settings, server=True) if settings else None,
+        )
+        await self.channels.start(self.client.host)
+
+    async def TaskChannel(self, request: pb.Empty, context: Any) -> pb.TaskChannelReply:
+        channels = self.channels
+        return pb.TaskChannelReply(address=channels.address if channels is not None else "")
 
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
-        stream = _Stream(asyncio.get_running_loop())
         lease_hex = dict(context.invocation_metadata() or ()).get("nbc-lease", "")
+        async for batch in self.serve_stream(request_iterator, lease_hex):
+            yield batch
+
+    async def serve_stream(self, request_iterator: Any, lease_hex: str) -> Any:
+        """One owner's stream of task batches (gRPC's PushTasks or a task channel): run
+        them, yield batches of replies and output until the owner hangs up."""
+        stream = _Stream(asyncio.get_running_loop())
 
         async def pump_in() -> None:
             try:
@@ -715,6 +739,8 @@ def main() -> None:
     executor = Executor(client)
     client.executor = executor
     client.start(lambda c: WorkerService(c, executor))
+    if config.task_channels:
+        client.run(client.service.start_channels())
     context.set_client(client)
     reply = client.run(
         lambda: client.node().RegisterWorker(

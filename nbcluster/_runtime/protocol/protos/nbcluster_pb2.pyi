@@ -997,6 +997,12 @@ class CancelTaskRequest(_message.Message):
     recursive: bool
     def __init__(self, task_id: _Optional[bytes] = ..., force: _Optional[bool] = ..., recursive: _Optional[bool] = ...) -> None: ...
 
+class TaskChannelReply(_message.Message):
+    __slots__ = ("address",)
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    def __init__(self, address: _Optional[str] = ...) -> None: ...
+
 class ClientRequest(_message.Message):
     __slots__ = ("session", "op", "payload")
     SESSION_FIELD_NUMBER: _ClassVar[int]

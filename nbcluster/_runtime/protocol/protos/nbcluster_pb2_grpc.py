@@ -2165,6 +2165,11 @@ class CoreWorkerStub:
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskBatch.SerializeToString,
                 response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ReplyBatch.FromString,
                 _registered_method=True)
+        self.TaskChannel = channel.unary_unary(
+                '/nbcluster.CoreWorker/TaskChannel',
+                request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+                response_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskChannelReply.FromString,
+                _registered_method=True)
         self.GetObjectStatus = channel.unary_unary(
                 '/nbcluster.CoreWorker/GetObjectStatus',
                 request_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ObjectStatusRequest.SerializeToString,
@@ -2201,6 +2206,12 @@ class CoreWorkerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def PushTasks(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TaskChannel(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -2249,6 +2260,11 @@ def add_CoreWorkerServicer_to_server(servicer, server):
                     servicer.PushTasks,
                     request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskBatch.FromString,
                     response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ReplyBatch.SerializeToString,
+            ),
+            'TaskChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.TaskChannel,
+                    request_deserializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.FromString,
+                    response_serializer=nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskChannelReply.SerializeToString,
             ),
             'GetObjectStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetObjectStatus,
@@ -2308,6 +2324,33 @@ class CoreWorker:
             '/nbcluster.CoreWorker/PushTasks',
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskBatch.SerializeToString,
             nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.ReplyBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TaskChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/nbcluster.CoreWorker/TaskChannel',
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.Empty.SerializeToString,
+            nbcluster_dot___runtime_dot_protocol_dot_protos_dot_nbcluster__pb2.TaskChannelReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,281 @@
+"""Task channels: tasks and actor calls between an owner and a worker on a raw socket.
+
+gRPC's Python stream costs most of a tiny task's round trip: each message crosses grpc's
+completion-queue poller thread on both sides and is framed as HTTP/2. A task channel
+carries the very same messages (``TaskBatch`` one way, ``ReplyBatch`` the other) as
+length-prefixed protobuf frames on one TCP connection per lease or per actor, served on
+the worker's I/O loop beside its gRPC server (``asyncio`` streams; ``uvloop`` when it is
+installed). The worker's address for it is asked once per worker over gRPC
+(``CoreWorker.TaskChannel``) and cached. Protocol, little-endian::
+
+    client  b"NBCT" u8 version u8 token-length token u8 lease-length lease   hello
+    server  u8 status                                   0 ok, 1 wrong token or bad hello
+    then    u32 length, protobuf                        frames, both ways, until either
+                                                        side closes
+
+The token is checked in constant time before anything else is read; an unauthenticated
+peer can make the server buffer at most the hello (a few hundred bytes), and a silent one
+is dropped after ``HELLO_TIMEOUT_S``. A frame longer than the cluster's message limit
+closes the connection. TLS: with the cluster's certificates, the same protocol runs inside
+mutual TLS (``tls.ssl_context``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import socket
+import ssl
+import struct
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
+
+__all__ = ["ChannelRefused", "ChannelServer", "StreamOpener", "TaskChannel", "connect"]
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"NBCT"
+VERSION = 1
+OK, REFUSED = 0, 1
+HELLO_TIMEOUT_S = 10.0
+_LEN = struct.Struct("<I")
+_MAX_TOKEN = 255
+_MAX_LEASE = 255
+
+#: ``serve(batches, lease_hex)``: the worker's stream handler (replies for the batches).
+Serve = Callable[[AsyncIterator[pb.TaskBatch], str], AsyncIterator[pb.ReplyBatch]]
+
+
+class ChannelRefused(ConnectionError):
+    """The worker refused the hello (a wrong token)."""
+
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def _frames(
+    reader: asyncio.StreamReader, max_frame: int, message: type
+) -> AsyncIterator[object]:
+    """Messages read off ``reader`` until EOF (a frame over ``max_frame`` ends it)."""
+    unpack = _LEN.unpack
+    while True:
+        try:
+            head = await reader.readexactly(4)
+            (n,) = unpack(head)
+            if n > max_frame:
+                log.warning("task channel: a %d-byte frame is over the limit; closing", n)
+                return
+            data = await reader.readexactly(n) if n else b""
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            return
+        msg = message()
+        msg.ParseFromString(data)
+        yield msg
+
+
+class ChannelServer:
+    """The worker's end: accepts channels and runs ``serve`` for each."""
+
+    def __init__(
+        self,
+        token: str,
+        serve: Serve,
+        *,
+        max_frame: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._token = token.encode()
+        self._serve = serve
+        self._max_frame = max_frame
+        self._ssl = ssl_context
+        self._server: asyncio.base_events.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.address = ""
+
+    async def start(self, host: str) -> str:
+        """Listen on ``host`` (an ephemeral port); return ``host:port``."""
+        self._server = await asyncio.start_server(
+            self._handle, host, 0, ssl=self._ssl, limit=1 << 20
+        )
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return self.address
+
+    async def _hello(self, reader: asyncio.StreamReader) -> str | None:
+        head = await reader.readexactly(6)
+        if head[:4] != MAGIC or head[4] != VERSION or head[5] > _MAX_TOKEN:
+            return None
+        token = await reader.readexactly(head[5]) if head[5] else b""
+        if not hmac.compare_digest(token, self._token):
+            return None
+        (n,) = await reader.readexactly(1)
+        lease = await reader.readexactly(n) if n else b""
+        return lease.decode("ascii", "replace")
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            try:
+                lease_hex = await asyncio.wait_for(self._hello(reader), HELLO_TIMEOUT_S)
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+                return
+            if lease_hex is None:
+                with contextlib.suppress(Exception):
+                    writer.write(bytes([REFUSED]))
+                return
+            _nodelay(writer)
+            writer.write(bytes([OK]))
+            pack = _LEN.pack
+            replies = self._serve(_frames(reader, self._max_frame, pb.TaskBatch), lease_hex)  # type: ignore[arg-type]
+            try:
+                async for batch in replies:
+                    data = batch.SerializeToString()
+                    writer.write(pack(len(data)) + data)
+                    await writer.drain()
+            finally:
+                with contextlib.suppress(Exception):
+                    await replies.aclose()  # type: ignore[attr-defined]
+        except (ConnectionError, ssl.SSLError) as err:
+            log.debug("task channel ended: %r", err)
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def close(self) -> None:
+        """Stop listening and end every channel."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._handlers):
+            task.cancel()
+
+
+class TaskChannel:
+    """The owner's end of one channel, shaped like a gRPC stream call: ``write``,
+    ``read`` (``None`` at the end) and ``cancel``."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int
+    ) -> None:
+        self._writer = writer
+        self._replies = _frames(reader, max_frame, pb.ReplyBatch)
+        self._closed = False
+
+    async def write(self, batch: pb.TaskBatch) -> None:
+        """Send a batch of tasks (raises ``ConnectionError`` once the channel is closed)."""
+        if self._closed:
+            raise ConnectionError("the task channel is closed")
+        data = batch.SerializeToString()
+        self._writer.write(_LEN.pack(len(data)) + data)
+        await self._writer.drain()
+
+    async def read(self) -> pb.ReplyBatch | None:
+        """The next batch of replies, or ``None`` when the worker closed the channel."""
+        if self._closed:
+            return None
+        try:
+            return await self._replies.__anext__()  # type: ignore[return-value]
+        except StopAsyncIteration:
+            return None
+
+    def cancel(self) -> None:
+        """Close the channel (the worker sees its owner hang up)."""
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+
+async def connect(
+    address: str,
+    token: str,
+    lease_hex: str = "",
+    *,
+    max_frame: int,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    timeout: float = 10.0,
+) -> TaskChannel:
+    """Open a channel to the worker listening at ``address`` (``host:port``)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(
+            host,
+            int(port),
+            ssl=ssl_context,
+            server_hostname=server_hostname if ssl_context is not None else None,
+            limit=1 << 20,
+        ),
+        timeout,
+    )
+    try:
+        _nodelay(writer)
+        tok = token.encode()
+        lease = lease_hex.encode()
+        if len(tok) > _MAX_TOKEN or len(lease) > _MAX_LEASE:
+            raise ValueError("token or lease id too long for a task channel")
+        writer.write(MAGIC + bytes([VERSION, len(tok)]) + tok + bytes([len(lease)]) + lease)
+        (status,) = await asyncio.wait_for(reader.readexactly(1), timeout)
+        if status != OK:
+            raise ChannelRefused(f"the worker at {address} refused the task channel")
+    except BaseException:
+        writer.close()
+        raise
+    return TaskChannel(reader, writer, max_frame)
+
+
+class StreamOpener:
+    """Opens an owner's task stream to a worker: a task channel when the worker serves
+    one (its address asked once per worker, then cached), else gRPC's ``PushTasks``."""
+
+    MAX_CACHED = 10_000
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._addresses: dict[str, str] = {}  # worker gRPC address -> channel address, or ""
+
+    async def _channel_address(self, worker_address: str) -> str:
+        address = self._addresses.get(worker_address)
+        if address is None:
+            try:
+                reply = await self.client.core(worker_address).TaskChannel(pb.Empty(), timeout=10)
+                address = reply.address
+            except RpcError as err:
+                if err.code().name != "UNIMPLEMENTED":
+                    raise
+                address = ""  # an older worker: gRPC streams
+            if len(self._addresses) >= self.MAX_CACHED:
+                self._addresses.clear()
+            self._addresses[worker_address] = address
+        return address
+
+    async def open(self, worker_address: str, lease_hex: str = "") -> Any:
+        """A stream call (``write`` / ``read`` / ``cancel``) to the worker."""
+        client = self.client
+        if client.config.task_channels:
+            address = await self._channel_address(worker_address)
+            if address:
+                settings = tls.current()
+                return await connect(
+                    address,
+                    client.token,
+                    lease_hex,
+                    max_frame=client.config.rpc_max_message_bytes,
+                    ssl_context=tls.ssl_context(settings, server=False) if settings else None,
+                    server_hostname=settings.server_name if settings else None,
+                )
+        metadata = (("nbc-lease", lease_hex),) if lease_hex else ()
+        return client.core(worker_address).PushTasks(metadata=metadata, wait_for_ready=True)
