@@ -9,6 +9,7 @@ settings refuses to connect at all, saying "encryption required".
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,24 @@ def test_every_connection_uses_tls_and_foreign_or_plain_peers_are_refused(
     assert int(nbcluster.get(made_there, timeout=60).sum()) == int(np.arange(3_000_000).sum())
 
     token = proc.read_token(Path(info.session_dir) / proc.TOKEN_FILE)
+    # Tasks and actor calls went on task channels, and those speak TLS only: a plain peer
+    # with the right token gets no answer.
+    from nbcluster._runtime import context as runtime_context
+    from nbcluster._runtime.core import channel
+
+    opened = runtime_context.current_client().submitter.streams._addresses  # type: ignore[union-attr]
+    channels = [a for a in opened.values() if a]
+    assert channels, "no task channel was used"
+    for address in channels:
+        host, _, port = address.rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(channel.MAGIC + bytes([channel.VERSION, len(token)]) + token.encode() + b"\0")
+            s.settimeout(10)
+            try:
+                answer = s.recv(1)
+            except (ConnectionError, TimeoutError):
+                answer = b""
+            assert answer != bytes([channel.OK]), "a plain peer got through a task channel"
     # A plain client never gets a TLS server to answer (not even with the token).
     assert _register(info.address, token, None, [], "intruder") == "UNAVAILABLE"
     node_address = nbcluster.nodes()[-1]["NodeManagerAddress"]

@@ -266,16 +266,25 @@ class StreamOpener:
         """A stream call (``write`` / ``read`` / ``cancel``) to the worker."""
         client = self.client
         if client.config.task_channels:
-            address = await self._channel_address(worker_address)
-            if address:
+            for attempt in range(2):
+                address = await self._channel_address(worker_address)
+                if not address:
+                    break
                 settings = tls.current()
-                return await connect(
-                    address,
-                    client.token,
-                    lease_hex,
-                    max_frame=client.config.rpc_max_message_bytes,
-                    ssl_context=tls.ssl_context(settings, server=False) if settings else None,
-                    server_hostname=settings.server_name if settings else None,
-                )
+                try:
+                    return await connect(
+                        address,
+                        client.token,
+                        lease_hex,
+                        max_frame=client.config.rpc_max_message_bytes,
+                        ssl_context=tls.ssl_context(settings, server=False) if settings else None,
+                        server_hostname=settings.server_name if settings else None,
+                    )
+                except (TimeoutError, OSError):
+                    # A cached address can be stale: a new worker may listen on a port a
+                    # dead one used. Ask the worker again once.
+                    self._addresses.pop(worker_address, None)
+                    if attempt:
+                        raise
         metadata = (("nbc-lease", lease_hex),) if lease_hex else ()
         return client.core(worker_address).PushTasks(metadata=metadata, wait_for_ready=True)

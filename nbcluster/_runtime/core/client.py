@@ -34,6 +34,7 @@ from nbcluster._runtime.core.ownership import (
     Release,
     Waiter,
 )
+from nbcluster._runtime.loops import new_event_loop
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
@@ -75,7 +76,7 @@ class CoreClient:
         self.store_dir = ""
         self.session_dir = ""
         self.table: OwnershipTable = OwnershipTable("")
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()  # uvloop when installed (_runtime/loops.py)
         self.thread: threading.Thread | None = None
         self.channels = Channels(token, config.rpc_max_message_bytes)
         self.server: Any = None

@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from nbcluster import exceptions as exc
+from nbcluster._runtime.loops import new_event_loop
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 from nbcluster._runtime.worker import actor_exit
@@ -47,16 +48,6 @@ def cancelled_error(spec: pb.TaskSpec, executor: Executor) -> exc.TaskError:
             hostname=executor.client.hostname(),
             task_id=spec.task_id.hex(),
         )
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    """An event loop for async actor calls: uvloop's when installed (the serve extra brings
-    it; an async call costs about 15 % less), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def _reply(spec: pb.TaskSpec) -> pb.TaskReply:
@@ -99,7 +90,7 @@ class ActorCallRunner:
         for name, limit in limits.items():
             label = name or "default"
             if is_async:
-                loop = _new_loop()
+                loop = new_event_loop()
                 threading.Thread(
                     target=loop.run_forever, name=f"actor-loop-{label}", daemon=True
                 ).start()

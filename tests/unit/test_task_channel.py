@@ -1,0 +1,258 @@
+"""Task channels (``_runtime/core/channel.py``): the raw-socket stream between an owner and
+a worker, on loopback in one event loop, without processes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbcluster._runtime.core import channel
+from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
+
+TOKEN = "t" * 64
+LIMIT = 1 << 16
+
+
+class Worker:
+    """A serve() that answers every task with a reply carrying its id, and records what
+    it saw (the lease, whether the owner hung up)."""
+
+    def __init__(self) -> None:
+        self.leases: list[str] = []
+        self.ended = asyncio.Event()
+
+    async def serve(self, batches: AsyncIterator[pb.TaskBatch], lease_hex: str) -> Any:
+        self.leases.append(lease_hex)
+        try:
+            async for batch in batches:
+                yield pb.ReplyBatch(replies=[pb.TaskReply(task_id=t.task_id) for t in batch.tasks])
+        finally:
+            self.ended.set()
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+async def _server(worker: Worker, **kw: Any) -> channel.ChannelServer:
+    server = channel.ChannelServer(TOKEN, worker.serve, max_frame=LIMIT, **kw)
+    await server.start("127.0.0.1")
+    return server
+
+
+def test_batches_go_one_way_and_replies_come_back_in_order() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        ch = await channel.connect(server.address, TOKEN, "abcd", max_frame=LIMIT)
+        for i in range(50):
+            await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"%d" % i)]))
+        got = []
+        while len(got) < 50:
+            batch = await ch.read()
+            assert batch is not None
+            got += [r.task_id for r in batch.replies]
+        assert got == [b"%d" % i for i in range(50)]
+        assert worker.leases == ["abcd"]
+        ch.cancel()  # the owner hangs up: the worker's stream ends
+        await asyncio.wait_for(worker.ended.wait(), 10)
+        assert await ch.read() is None
+        with pytest.raises(ConnectionError):
+            await ch.write(pb.TaskBatch())
+        await server.close()
+
+    _run(main())
+
+
+def test_a_wrong_token_is_refused_before_anything_is_served() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        with pytest.raises(channel.ChannelRefused):
+            await channel.connect(server.address, "x" * 64, max_frame=LIMIT)
+        assert worker.leases == []
+        ch = await channel.connect(server.address, TOKEN, max_frame=LIMIT)  # still serving
+        await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"ok")]))
+        assert (await ch.read()).replies[0].task_id == b"ok"  # type: ignore[union-attr]
+        ch.cancel()
+        await server.close()
+
+    _run(main())
+
+
+def test_garbage_and_silent_peers_are_dropped_without_effect(monkeypatch) -> None:
+    monkeypatch.setattr(channel, "HELLO_TIMEOUT_S", 0.3)
+
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        host, port = server.address.rsplit(":", 1)
+        r, w = await asyncio.open_connection(host, int(port))
+        w.write(b"GET / HTTP/1.1\r\n\r\n")
+        assert await r.read() in (b"", bytes([channel.REFUSED]))  # refused, then closed
+        r2, w2 = await asyncio.open_connection(host, int(port))  # says nothing at all
+        assert await asyncio.wait_for(r2.read(), 5) == b""
+        w.close()
+        w2.close()
+        assert worker.leases == []
+        await server.close()
+
+    _run(main())
+
+
+def test_a_frame_over_the_limit_ends_the_stream() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        ch = await channel.connect(server.address, TOKEN, max_frame=LIMIT)
+        await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"x", args=b"a" * (2 * LIMIT))]))
+        await asyncio.wait_for(worker.ended.wait(), 10)
+        assert await ch.read() is None  # the worker closed the channel
+        await server.close()
+
+    _run(main())
+
+
+def test_the_owner_sees_the_end_when_the_worker_goes_away() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        ch = await channel.connect(server.address, TOKEN, max_frame=LIMIT)
+        await server.close()  # ends every channel
+        assert await asyncio.wait_for(ch.read(), 10) is None
+
+    _run(main())
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> tls.TlsSettings:
+    return tls.make_cluster_certificates(tmp_path_factory.mktemp("chan-tls"))
+
+
+def test_with_tls_only_a_peer_of_the_same_ca_gets_through(
+    certs: tls.TlsSettings, tmp_path: Path
+) -> None:
+    foreign = tls.make_cluster_certificates(tmp_path / "foreign")
+
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker, ssl_context=tls.ssl_context(certs, server=True))
+        ch = await channel.connect(
+            server.address,
+            TOKEN,
+            max_frame=LIMIT,
+            ssl_context=tls.ssl_context(certs, server=False),
+            server_hostname=certs.server_name,
+        )
+        await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"tls")]))
+        assert (await ch.read()).replies[0].task_id == b"tls"  # type: ignore[union-attr]
+        ch.cancel()
+        intruder = tls.TlsSettings(certs.ca_file, foreign.cert_file, foreign.key_file)
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            bad = await channel.connect(
+                server.address,
+                TOKEN,
+                max_frame=LIMIT,
+                ssl_context=tls.ssl_context(intruder, server=False),
+                server_hostname=certs.server_name,
+            )
+            await bad.read()
+            raise ConnectionError("the foreign certificate was let in")
+        plain_r, plain_w = await asyncio.open_connection(*server.address.rsplit(":", 1))
+        plain_w.write(channel.MAGIC + bytes([channel.VERSION, 64]) + TOKEN.encode() + b"\0")
+        assert await asyncio.wait_for(plain_r.read(), 10) == b""  # plain text: no answer
+        assert worker.leases == [""]
+        await server.close()
+
+    _run(main())
+
+
+class _Stub:
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        self.pushed: list[Any] = []
+
+    async def TaskChannel(self, request: Any, timeout: float) -> pb.TaskChannelReply:
+        return pb.TaskChannelReply(address=self.address or "")
+
+    def PushTasks(self, metadata: Any, wait_for_ready: bool) -> str:
+        self.pushed.append(metadata)
+        return "grpc-stream"
+
+
+class _Config:
+    task_channels = True
+    rpc_max_message_bytes = LIMIT
+
+
+class _Client:
+    def __init__(self, stub: _Stub) -> None:
+        self.stub = stub
+        self.token = TOKEN
+        self.config = _Config()
+        self.asked = 0
+
+    def core(self, address: str) -> _Stub:
+        self.asked += 1
+        return self.stub
+
+
+def test_the_opener_asks_a_worker_once_and_falls_back_to_grpc_without_a_channel() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        client = _Client(_Stub(server.address))
+        opener = channel.StreamOpener(client)
+        a = await opener.open("w:1", "aa")
+        b = await opener.open("w:1", "bb")
+        assert isinstance(a, channel.TaskChannel) and isinstance(b, channel.TaskChannel)
+        assert client.asked == 1  # the address is cached per worker
+        a.cancel()
+        b.cancel()
+        old = _Client(_Stub(None))  # a worker without channels
+        assert await channel.StreamOpener(old).open("w:2", "cc") == "grpc-stream"
+        assert old.stub.pushed == [(("nbc-lease", "cc"),)]
+        off = _Client(_Stub(server.address))
+        off.config.task_channels = False
+        assert await channel.StreamOpener(off).open("w:3") == "grpc-stream"
+        await server.close()
+
+    _run(main())
+
+
+class _MovingStub(_Stub):
+    """A worker address first cached for a dead worker, then answered by a live one."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        super().__init__(None)
+        self.addresses = addresses
+
+    async def TaskChannel(self, request: Any, timeout: float) -> pb.TaskChannelReply:
+        return pb.TaskChannelReply(address=self.addresses.pop(0))
+
+
+def test_a_stale_cached_address_is_asked_for_again_once() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))
+        dead_address = f"127.0.0.1:{dead.getsockname()[1]}"
+        dead.close()  # nobody listens there now
+        client = _Client(_MovingStub([dead_address, server.address]))
+        ch = await channel.StreamOpener(client).open("w:1")
+        assert isinstance(ch, channel.TaskChannel)
+        ch.cancel()
+        gone = _Client(_MovingStub([dead_address, dead_address]))
+        with pytest.raises(OSError):
+            await channel.StreamOpener(gone).open("w:2")
+        await server.close()
+
+    _run(main())
