@@ -26,6 +26,7 @@ import cloudpickle
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
@@ -47,7 +48,6 @@ from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_foreve
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster._runtime.worker.owner_stream import OwnerStream
 from nbcluster._runtime.worker.returns import place, serialize_value
-from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
 
