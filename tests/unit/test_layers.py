@@ -46,7 +46,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("nbcluster._runtime.core.client", "nbcluster.exceptions"),
         ("nbcluster._runtime.core.generators", "nbcluster.exceptions"),
         ("nbcluster._runtime.core.submitter", "nbcluster.exceptions"),
-        ("nbcluster._runtime.head.service", "nbcluster"),
         ("nbcluster._runtime.jobs.head_client", "nbcluster.exceptions"),
         ("nbcluster._runtime.jobs.node_client", "nbcluster.exceptions"),
         ("nbcluster._runtime.jobs.supervisor", "nbcluster.exceptions"),
