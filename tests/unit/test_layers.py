@@ -67,7 +67,7 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         # still closes it (most are imports inside functions that hide the loop).
         ("nbcluster._refs", "nbcluster._api"),  # _api (get_async, for await ref)
         ("nbcluster._remote", "nbcluster._actor"),  # ActorClass (remote() on a class)
-        ("nbcluster.state", "nbcluster._actor"),  # ActorClass (code_version)
+        ("nbcluster._actor", "nbcluster.state"),  # _call, actor_info (state sits above)
         ("nbcluster.util.placement_group", "nbcluster"),  # nbcluster (the face)
         ("nbcluster._runtime.core.submitter", "nbcluster._runtime.core.client"),  # CoreClient
         ("nbcluster._runtime.core.actor_submitter", "nbcluster._runtime.core.client"),
