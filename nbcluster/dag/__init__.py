@@ -31,14 +31,26 @@ an execution live: pass it the refs ``execute`` returned.
 each ``execute`` then costs a channel write and read (see :mod:`nbcluster.dag.compiled`).
 """
 
+from nbcluster.dag import _display, _execute, _format
 from nbcluster.dag._class_node import ClassMethodNode, ClassNode
-from nbcluster.dag._dag_node import DAGNode, install_compiler
+from nbcluster.dag._dag_node import DAGNode, GraphTools, install_tools
 from nbcluster.dag._function_node import FunctionNode
 from nbcluster.dag._input_node import InputAttributeNode, InputNode
 from nbcluster.dag._output_node import MultiOutputNode
 from nbcluster.dag.compiled import compile_dag
 
-install_compiler(compile_dag)
+# The node classes sit below the modules that run, draw and compile graphs of them.
+install_tools(
+    GraphTools(
+        execute=_execute.execute,
+        to_dict=_format.to_dict,
+        nested=_format.nested,
+        listing=_format.listing,
+        to_html=_display.to_html,
+        to_figure=_display.to_figure,
+        compile=compile_dag,
+    )
+)
 
 __all__ = [
     "ClassMethodNode",

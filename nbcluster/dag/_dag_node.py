@@ -10,12 +10,13 @@ after its inputs, and every actor call after the calls bound before it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import reprlib
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-__all__ = ["DAGNode", "Edge", "install_compiler"]
+__all__ = ["DAGNode", "Edge", "GraphTools", "install_tools"]
 
 #: ``(upstream node, downstream node, kind)``. Kinds: ``"arg"`` (the upstream's result is an
 #: argument), ``"input"`` (an input attribute reads the InputNode), ``"actor"`` (a method
@@ -25,15 +26,39 @@ Edge = tuple["DAGNode", "DAGNode", str]
 
 _seq = itertools.count(1)
 
-#: What ``experimental_compile`` calls; ``nbcluster.dag`` installs ``compiled.compile_dag``
-#: (the compiler knows every kind of node, so it sits above this module).
-_compiler: Callable[..., Any] | None = None
+
+@dataclasses.dataclass(frozen=True)
+class GraphTools:
+    """The functions behind the :class:`DAGNode` methods that know every kind of node.
+
+    They live in the modules above this one (``_execute``, ``_format``, ``_display``,
+    ``compiled``), which import :class:`DAGNode` and its subclasses; ``nbcluster.dag``
+    installs them with :func:`install_tools` on import, which runs before any node exists
+    (every node module is inside that package).
+    """
+
+    execute: Callable[[DAGNode, tuple[Any, ...], dict[str, Any]], Any]
+    to_dict: Callable[[DAGNode], dict[str, Any]]
+    nested: Callable[[DAGNode], str]
+    listing: Callable[[DAGNode], str]
+    to_html: Callable[[DAGNode], str]
+    to_figure: Callable[[DAGNode], Any]
+    compile: Callable[..., Any]
 
 
-def install_compiler(compiler: Callable[..., Any]) -> None:
-    """Install the function behind :meth:`DAGNode.experimental_compile`."""
-    global _compiler
-    _compiler = compiler
+_tools: GraphTools | None = None
+
+
+def install_tools(tools: GraphTools) -> None:
+    """Install the functions behind :meth:`DAGNode.execute`, display and compilation."""
+    global _tools
+    _tools = tools
+
+
+def _installed() -> GraphTools:
+    if _tools is None:  # pragma: no cover - nbcluster.dag installs them on import
+        raise RuntimeError("import nbcluster.dag before using a DAG node")
+    return _tools
 
 
 _short = reprlib.Repr()
@@ -204,9 +229,7 @@ class DAGNode:
         before their results are read; ``_buffer_size_bytes`` is the size of a channel
         slot (larger values still travel, through a file of their own).
         """
-        if _compiler is None:  # pragma: no cover - nbcluster.dag installs it on import
-            raise RuntimeError("import nbcluster.dag before compiling a DAG")
-        return _compiler(
+        return _installed().compile(
             self,
             _submit_timeout=_submit_timeout,
             _buffer_size_bytes=_buffer_size_bytes,
@@ -224,9 +247,7 @@ class DAGNode:
         a :class:`MultiOutputNode`. Every node runs once per call, however many nodes
         use it; upstream results travel as refs, and the driver never waits for them.
         """
-        from nbcluster.dag._execute import execute
-
-        return execute(self, args, kwargs)
+        return _installed().execute(self, args, kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """Nodes and edges for tools (JSON-serialisable).
@@ -237,21 +258,15 @@ class DAGNode:
         holding nodes), ``options`` and ``depth`` (longest path from a source). Edges are
         ``{"source": id, "target": id, "kind": ...}`` (kinds: see :data:`Edge`).
         """
-        from nbcluster.dag._format import to_dict
-
-        return to_dict(self)
+        return _installed().to_dict(self)
 
     def to_figure(self) -> Any:
         """A static plotly ``Figure`` of the graph, laid out left to right by depth."""
-        from nbcluster.dag._display import to_figure
-
-        return to_figure(self)
+        return _installed().to_figure(self)
 
     # -- display ----------------------------------------------------------------------------
     def __str__(self) -> str:
-        from nbcluster.dag._format import nested
-
-        return nested(self)
+        return _installed().nested(self)
 
     def __repr__(self) -> str:
         kind, body = type(self).__name__, self._body()
@@ -259,10 +274,8 @@ class DAGNode:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """text/plain (one line per node) and text/html (an SVG drawing of the graph)."""
-        from nbcluster.dag._display import to_html
-        from nbcluster.dag._format import listing
-
-        return {"text/plain": listing(self), "text/html": to_html(self)}
+        tools = _installed()
+        return {"text/plain": tools.listing(self), "text/html": tools.to_html(self)}
 
     # -- misuse -----------------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:

@@ -14,7 +14,7 @@ import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,15 +22,14 @@ import pyarrow as pa
 import nbcluster
 from nbcluster._refs import ObjectRef
 from nbcluster.data._block import BATCH_FORMATS, block_to_batch, concat, iter_rows, metadata_of
+from nbcluster.data._dataset_like import DatasetLike
 from nbcluster.data._logical import RefBundle
 from nbcluster.data._schema import Schema
 from nbcluster.data._torch import to_torch_batch, torch_device
 from nbcluster.data.context import DataContext
 
-if TYPE_CHECKING:
-    from nbcluster.data.dataset import Dataset, MaterializedDataset
-
-    Materializer = Callable[[list[RefBundle], DataContext, str], MaterializedDataset]
+#: Builds a ``MaterializedDataset`` from blocks (``dataset.py`` installs it).
+Materializer = Callable[[list[RefBundle], DataContext, str], DatasetLike]
 
 __all__ = ["DataIterator", "Piece"]
 
@@ -259,15 +258,15 @@ class DataIterator:
             _collate_fn=convert,
         )
 
-    def materialize(self) -> MaterializedDataset:
-        """One pass, kept in the object store as a dataset."""
+    def materialize(self) -> DatasetLike:
+        """One pass, kept in the object store as a dataset (a ``MaterializedDataset``)."""
         bundles = []
         for table in _tables(self._pieces()):
             ref = nbcluster.put(table)
             bundles.append(RefBundle(ref, metadata_of(table)))
         return self._materializer(bundles, DataContext.get_current(), "FromIterator")
 
-    def to_dataset(self) -> Dataset:
+    def to_dataset(self) -> DatasetLike:
         """Same as :meth:`materialize`."""
         return self.materialize()
 

@@ -24,10 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
-import os
-import pickle
 import threading
 import time
 import traceback
@@ -40,6 +36,8 @@ from nbcluster.exceptions import ActorDiedError
 from nbcluster.serve._actors import await_ref, error_text, find_actor, kill, replica_actor_name
 from nbcluster.serve._autoscaling import MetricWindow, PolicyState, decide
 from nbcluster.serve._client import SERVE_NAMESPACE
+from nbcluster.serve._controller_status import serve_status
+from nbcluster.serve._controller_store import AppRecord, Key, SavedState
 from nbcluster.serve._longpoll import LongPollHost
 from nbcluster.serve._metrics import DeploymentStats
 from nbcluster.serve._proxy_manager import ProxyManager
@@ -57,11 +55,6 @@ from nbcluster.serve._routing import normalize_route_prefix
 from nbcluster.serve._spec import AppSpec, DeploymentSpec
 from nbcluster.serve.config import HTTPOptions
 from nbcluster.serve.schema import (
-    ApplicationStatus,
-    ApplicationStatusOverview,
-    DeploymentStatus,
-    DeploymentStatusOverview,
-    ReplicaDetails,
     ReplicaState,
     ServeStatus,
 )
@@ -73,18 +66,6 @@ METRICS_PERIOD_S = 0.5
 PROXY_CHECK_PERIOD_S = 2.0
 HEALTH_FAILURE_THRESHOLD = 3
 
-Key = tuple[str, str]
-
-
-@dataclasses.dataclass
-class _App:
-    name: str
-    route_prefix: str | None
-    ingress: str
-    deployments: list[str]
-    deployed_at: float
-    deleting: bool = False
-
 
 class ControllerCore:
     """All of the controller's state and work, on one event loop (see the module docstring)."""
@@ -92,8 +73,9 @@ class ControllerCore:
     def __init__(self, http: HTTPOptions, session_dir: str, node_id: str) -> None:
         self.http = http
         self.dir = Path(session_dir) / "serve"
+        self.store = SavedState(self.dir)
         self.node_id = node_id
-        self.apps: dict[str, _App] = {}
+        self.apps: dict[str, AppRecord] = {}
         self.deps: dict[Key, DeploymentState] = {}
         self.specs: dict[Key, DeploymentSpec] = {}
         self.blobs: dict[str, Any] = {}
@@ -109,7 +91,6 @@ class ControllerCore:
         self.changed = asyncio.Event()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
-        self._replica_sig = ""
         self._last_metrics = 0.0
         self._last_proxies = 0.0
 
@@ -208,7 +189,7 @@ class ControllerCore:
                 replicas = d.config.num_replicas
             ds.set_target(Target(d.version, d.config, config_version, replicas))
             self.specs[key] = d
-        self.apps[spec.name] = _App(
+        self.apps[spec.name] = AppRecord(
             spec.name, prefix, spec.ingress, names, time.time(), deleting=False
         )
         del now
@@ -320,9 +301,7 @@ class ControllerCore:
         await self.wait_for_gone(list(self.apps), 60)
         self.stopping = True
         await self.proxies.shutdown()
-        for name in ("apps.pkl", "replicas.json", "proxies.json"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / name).unlink()
+        self.store.remove()
 
     # -- replicas ------------------------------------------------------------------------------
     async def _blob(self, version: str, blob: bytes) -> Any:
@@ -579,102 +558,30 @@ class ControllerCore:
 
     def status(self) -> ServeStatus:
         """What ``serve.status()`` returns."""
-        now = time.monotonic()
-        wall = time.time()
-        apps: dict[str, ApplicationStatusOverview] = {}
-        for app in self.apps.values():
-            overviews: dict[str, DeploymentStatusOverview] = {}
-            statuses: dict[str, tuple[DeploymentStatus, str]] = {}
-            for d in app.deployments:
-                ds = self.deps.get((app.name, d))
-                if ds is None:
-                    continue
-                st, trigger, msg = ds.status()
-                statuses[d] = (st, msg)
-                summary = self.stats[(app.name, d)].summary(now)
-                replicas = tuple(
-                    ReplicaDetails(
-                        replica_id=r.replica_id,
-                        state=r.state,
-                        actor_name=replica_actor_name(app.name, d, r.replica_id),
-                        version=r.version,
-                        pid=r.pid,
-                        node_id=r.node_id,
-                        start_time_s=wall - (now - r.since),
-                        ongoing_requests=r.ongoing,
-                    )
-                    for r in sorted(ds.replicas.values(), key=lambda r: r.since)
-                )
-                overviews[d] = DeploymentStatusOverview(
-                    status=st,
-                    status_trigger=trigger,
-                    replica_states=ds.counts(),
-                    message=msg,
-                    target_replicas=ds.target.num_replicas if ds.target else 0,
-                    replicas=replicas,
-                    requests_per_s=summary["requests_per_s"],
-                    p50_ms=summary["p50_ms"],
-                    p99_ms=summary["p99_ms"],
-                    errors=summary["errors"],
-                )
-            st_app, msg_app = app_status(statuses, app.deleting)
-            apps[app.name] = ApplicationStatusOverview(
-                status=st_app if overviews or app.deleting else ApplicationStatus.DEPLOYING,
-                message=msg_app,
-                last_deployed_time_s=app.deployed_at,
-                deployments=overviews,
-                route_prefix=app.route_prefix,
-                ingress_deployment=app.ingress,
-            )
-        return ServeStatus(
-            proxies=self.proxies.statuses(),
-            applications=apps,
-            proxy_urls=self.proxies.urls(),
-            proxy_pids=self.proxies.pids(),
-        )
+        return serve_status(self.apps.values(), self.deps, self.stats, self.proxies)
 
     # -- persistence ---------------------------------------------------------------------------
-    def _write(self, name: str, data: bytes) -> None:
-        path = self.dir / name
-        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-
     def _save_apps(self) -> None:
         if self.stopping:
             return
-        state = {
-            "apps": [dataclasses.asdict(a) for a in self.apps.values()],
-            "deployments": [
-                (key, self.specs[key], ds.target, ds.deleting)
-                for key, ds in self.deps.items()
-                if key in self.specs
-            ],
-        }
-        self._write("apps.pkl", pickle.dumps(state))
+        deployments = [
+            (key, self.specs[key], ds.target, ds.deleting)
+            for key, ds in self.deps.items()
+            if key in self.specs
+        ]
+        self.store.save_apps(self.apps.values(), deployments)
 
     def _save_replicas(self) -> None:
-        records = {
-            f"{k[0]}#{k[1]}": [
-                [r.replica_id, r.version, r.config_version]
-                for r in ds.replicas.values()
-                if r.state != ReplicaState.STOPPING
-            ]
-            for k, ds in self.deps.items()
-        }
-        sig = json.dumps(records, sort_keys=True)
-        if sig != self._replica_sig and not self.stopping:
-            self._replica_sig = sig
-            self._write("replicas.json", sig.encode())
+        if not self.stopping:
+            self.store.save_replicas(self.deps)
 
     async def _recover(self) -> None:
-        try:
-            state = pickle.loads((self.dir / "apps.pkl").read_bytes())
-        except FileNotFoundError:
+        state = self.store.load_apps()
+        if state is None:
             return
         now = time.monotonic()
         for a in state["apps"]:
-            self.apps[a["name"]] = _App(**a)
+            self.apps[a["name"]] = AppRecord(**a)
         for key, spec, target, deleting in state["deployments"]:
             key = tuple(key)
             ds = self.deps[key] = DeploymentState(key[0], key[1], _new_replica_id)
@@ -685,10 +592,7 @@ class ControllerCore:
             self.stats[key] = DeploymentStats()
             self.windows[key] = MetricWindow()
             self.policy[key] = PolicyState()
-        try:
-            records = json.loads((self.dir / "replicas.json").read_text())
-        except (FileNotFoundError, ValueError):
-            records = {}
+        records = self.store.load_replicas()
         jobs = []
         for k, rows in records.items():
             app, _, name = k.partition("#")

@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Any
 
-from nbcluster.train._display import FINAL_STATUSES, RunView, chart_metrics, summary_line
 from nbcluster.train._result import format_value, render_template
+from nbcluster.train._view import FINAL_STATUSES, RunView, chart_metrics, summary_line
 
 __all__ = ["TrainWidget"]
 

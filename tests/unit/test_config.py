@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import nbcluster.config as config_mod
+import nbcluster._runtime.config as config_mod
 from nbcluster.config import Config
 
 

@@ -25,6 +25,7 @@ from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
+from nbcluster._runtime.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -566,6 +567,4 @@ class HeadService(pb_grpc.HeadServicer):
 
 
 def _version() -> str:
-    from nbcluster import __version__
-
     return __version__

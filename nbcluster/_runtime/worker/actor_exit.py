@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import serialize
-
-if TYPE_CHECKING:
-    from nbcluster._runtime.worker.actor_runner import ActorCallRunner
-    from nbcluster._runtime.worker.main import Executor, _Stream
+from nbcluster._runtime.worker.executor_view import CallRunner, ExecutorView, ExitRequest
+from nbcluster._runtime.worker.owner_stream import OwnerStream
 
 __all__ = ["ExitRequest", "IntendedExit", "finish", "refused", "request"]
 
@@ -41,17 +37,7 @@ class IntendedExit(SystemExit):
         super().__init__(0)
 
 
-@dataclasses.dataclass(frozen=True)
-class ExitRequest:
-    """The call ``task_id`` asked the actor to end."""
-
-    task_id: bytes
-    intended: bool
-    code: int
-    error: exc.ActorDiedError
-
-
-def request(executor: Executor, spec: pb.TaskSpec, raised: BaseException) -> ExitRequest:
+def request(executor: ExecutorView, spec: pb.TaskSpec, raised: BaseException) -> ExitRequest:
     """What ``raised`` (``SystemExit`` or ``AsyncioActorExit``) in call ``spec`` asks for."""
     if isinstance(raised, (IntendedExit, exc.AsyncioActorExit)):
         intended, code, how = True, 0, "exit_actor() was called"
@@ -61,17 +47,18 @@ def request(executor: Executor, spec: pb.TaskSpec, raised: BaseException) -> Exi
         intended = value == 0
         code = 0 if intended else (value if isinstance(value, int) else 1)
         how = f"sys.exit({'' if value is None else repr(value)}) was called"
+    reason = f"{how} in {spec.function_name}"
     error = exc.ActorDiedError(
         executor.actor_id.hex(),
-        reason=f"{how} in {spec.function_name}",
+        reason=reason,
         pid=os.getpid(),
         hostname=executor.client.hostname(),
         exited=intended,
     )
-    return ExitRequest(spec.task_id, intended, code, error)
+    return ExitRequest(spec.task_id, intended, code, reason, error)
 
 
-def refused(executor: Executor, spec: pb.TaskSpec) -> pb.TaskReply:
+def refused(executor: ExecutorView, spec: pb.TaskSpec) -> pb.TaskReply:
     """The reply to a call that reached an exiting actor: ``ActorDiedError``."""
     reply = pb.TaskReply(task_id=spec.task_id, attempt=spec.attempt)
     assert executor.exit_request is not None
@@ -79,7 +66,7 @@ def refused(executor: Executor, spec: pb.TaskSpec) -> pb.TaskReply:
     return reply
 
 
-def _as_died(reply: pb.TaskReply, error: exc.ActorDiedError) -> None:
+def _as_died(reply: pb.TaskReply, error: BaseException) -> None:
     data = serialize(error).to_bytes()
     count = max(len(reply.returns), 1)
     del reply.returns[:]
@@ -90,10 +77,10 @@ def _as_died(reply: pb.TaskReply, error: exc.ActorDiedError) -> None:
 
 
 def finish(
-    executor: Executor,
-    stream: _Stream,
+    executor: ExecutorView,
+    stream: OwnerStream,
     reply: pb.TaskReply,
-    runner: ActorCallRunner | None = None,
+    runner: CallRunner | None = None,
 ) -> None:
     """End the process after the call that asked to exit (never returns)."""
     req = executor.exit_request
@@ -122,7 +109,7 @@ def finish(
                     pb.KillActorRequest(
                         actor_id=executor.actor_id,
                         no_restart=True,
-                        reason=str(req.error.reason),
+                        reason=req.reason,
                         kind="exited",
                     ),
                     timeout=10,

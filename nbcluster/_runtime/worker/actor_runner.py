@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime.loops import new_event_loop
@@ -25,9 +25,8 @@ from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.concurrency import DEFAULT_GROUP, GroupQueues
-
-if TYPE_CHECKING:
-    from nbcluster._runtime.worker.main import Executor, _Stream
+from nbcluster._runtime.worker.executor_view import ExecutorView
+from nbcluster._runtime.worker.owner_stream import OwnerStream
 
 __all__ = ["ActorCallRunner", "cancel_call", "cancelled_error"]
 
@@ -35,7 +34,7 @@ __all__ = ["ActorCallRunner", "cancel_call", "cancelled_error"]
 _MAX_EARLY_CANCELS = 10_000
 
 
-def cancelled_error(spec: pb.TaskSpec, executor: Executor) -> exc.TaskError:
+def cancelled_error(spec: pb.TaskSpec, executor: ExecutorView) -> exc.TaskError:
     """The error of a running call that a cancel ended: a ``TaskError`` whose cause is a
     ``TaskCancelledError``, so ``get`` raises an error that is both (as Ray's
     ``RayTaskError(TaskCancelledError)``)."""
@@ -54,11 +53,11 @@ def _reply(spec: pb.TaskSpec) -> pb.TaskReply:
     return pb.TaskReply(task_id=spec.task_id, attempt=spec.attempt)
 
 
-def _send(stream: _Stream, reply: pb.TaskReply) -> None:
+def _send(stream: OwnerStream, reply: pb.TaskReply) -> None:
     stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
 
 
-def cancel_call(executor: Executor, task_id: bytes) -> None:
+def cancel_call(executor: ExecutorView, task_id: bytes) -> None:
     """``CancelTask`` for an actor call (I/O loop): never interrupts the actor's thread."""
     runner = executor.actor_calls
     if runner is not None:
@@ -76,13 +75,13 @@ def cancel_call(executor: Executor, task_id: bytes) -> None:
 class ActorCallRunner:
     """The calls of one threaded or async actor, run per concurrency group."""
 
-    def __init__(self, executor: Executor, limits: dict[str, int], is_async: bool) -> None:
+    def __init__(self, executor: ExecutorView, limits: dict[str, int], is_async: bool) -> None:
         self.executor = executor
         self.is_async = is_async
         self.state = GroupQueues(limits)
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
-        self.calls: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
+        self.calls: dict[bytes, tuple[pb.TaskSpec, OwnerStream]] = {}
         self.tasks: dict[bytes, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}
         self.pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
         self.loops: dict[str, asyncio.AbstractEventLoop] = {}
@@ -106,7 +105,7 @@ class ActorCallRunner:
         return self.loops.get(DEFAULT_GROUP)
 
     # -- the worker's main thread -------------------------------------------------------------
-    def submit(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+    def submit(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
         """A call arrived: start it now if its group has room, else queue it."""
         ex = self.executor
         if self._exiting():
@@ -166,7 +165,9 @@ class ActorCallRunner:
             else:
                 self.pools[group].submit(self._run_thread, spec, stream)
 
-    def _spawn(self, loop: asyncio.AbstractEventLoop, spec: pb.TaskSpec, stream: _Stream) -> None:
+    def _spawn(
+        self, loop: asyncio.AbstractEventLoop, spec: pb.TaskSpec, stream: OwnerStream
+    ) -> None:
         task = loop.create_task(self._run_async(spec, stream))
         self._spawned.add(task)  # a strong ref until the call ends
         task.add_done_callback(self._spawned.discard)
@@ -176,12 +177,12 @@ class ActorCallRunner:
         request = self.executor.exit_request
         return request is not None and request.intended
 
-    def _run_thread(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+    def _run_thread(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
         ex = self.executor
         reply = ex._captured(spec, stream, ex.execute)
         self._done(spec, stream, reply)
 
-    async def _run_async(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+    async def _run_async(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
         ex = self.executor
         task_id = spec.task_id
         task = asyncio.current_task()
@@ -218,7 +219,7 @@ class ActorCallRunner:
             reply.cancelled = True
             self.executor._error_returns(spec, cancelled_error(spec, self.executor), reply)
 
-    def _done(self, spec: pb.TaskSpec, stream: _Stream, reply: pb.TaskReply) -> None:
+    def _done(self, spec: pb.TaskSpec, stream: OwnerStream, reply: pb.TaskReply) -> None:
         ex = self.executor
         request = ex.exit_request
         if request is not None and request.task_id == spec.task_id:
@@ -253,7 +254,7 @@ class ActorCallRunner:
                 self._start(start)
 
     # -- exit ---------------------------------------------------------------------------------
-    def drain(self) -> list[tuple[pb.TaskSpec, _Stream]]:
+    def drain(self) -> list[tuple[pb.TaskSpec, OwnerStream]]:
         """Drop every call that has not started; return them (to answer them)."""
         with self.lock:
             dropped = [self.calls.pop(task_id) for task_id in self.state.drain()]

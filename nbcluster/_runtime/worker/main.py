@@ -26,6 +26,7 @@ import cloudpickle
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.channel import ChannelServer
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
@@ -39,6 +40,7 @@ from nbcluster._runtime.task_events import RunningAttempts, error_info
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
 from nbcluster._runtime.worker.concurrency import group_limits
+from nbcluster._runtime.worker.executor_view import ExitRequest
 from nbcluster._runtime.worker.generators import (
     is_generator_call,
     run_generator,
@@ -46,8 +48,8 @@ from nbcluster._runtime.worker.generators import (
 )
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
+from nbcluster._runtime.worker.owner_stream import OwnerStream
 from nbcluster._runtime.worker.returns import place, serialize_value
-from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
 
@@ -98,25 +100,6 @@ _running: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
 )
 
 
-class _Stream:
-    """One owner's PushTasks stream: where replies (and output) for its tasks go."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.replies: asyncio.Queue[pb.TaskReply | pb.LogRecord | None] = asyncio.Queue()
-        self.open = True
-
-    def send_logs(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
-        """Queue output records (call on the loop)."""
-        pid = os.getpid()
-        for name, text, dropped in chunks:
-            self.replies.put_nowait(
-                pb.LogRecord(
-                    task_id=task_id, stream=name, text=text, dropped_lines=dropped, pid=pid
-                )
-            )
-
-
 class WorkerService(CoreWorkerService):
     """CoreWorker service of a worker: receives tasks and cancellations."""
 
@@ -149,7 +132,7 @@ class WorkerService(CoreWorkerService):
     async def serve_stream(self, request_iterator: Any, lease_hex: str) -> Any:
         """One owner's stream of task batches (gRPC's PushTasks or a task channel): run
         them, yield batches of replies and output until the owner hangs up."""
-        stream = _Stream(asyncio.get_running_loop())
+        stream = OwnerStream(asyncio.get_running_loop())
 
         async def pump_in() -> None:
             try:
@@ -224,11 +207,11 @@ class Executor:
 
     def __init__(self, client: CoreClient) -> None:
         self.client = client
-        self.queue: queue.SimpleQueue[tuple[pb.TaskSpec, _Stream] | None] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[tuple[pb.TaskSpec, OwnerStream] | None] = queue.SimpleQueue()
         self.functions: dict[bytes, Any] = {}
         self.calls: dict[bytes, int] = {}
         self.running: bytes = b""
-        self.running_stream: _Stream | None = None
+        self.running_stream: OwnerStream | None = None
         self.cancelled: set[bytes] = set()
         self.blocked = False
         self.exit_after_reply = threading.Event()
@@ -237,7 +220,7 @@ class Executor:
         self.events_ready = Wakeup()
         self.live = RunningAttempts()  # reported RUNNING if still running at the next flush
         self._lock = threading.Lock()
-        self.pending: dict[bytes, tuple[pb.TaskSpec, _Stream]] = {}
+        self.pending: dict[bytes, tuple[pb.TaskSpec, OwnerStream]] = {}
         self.output = OutputCapture()
         self.mapped = MappedObjects()  # large arguments, kept while more tasks are queued
         self.actor: Any = None
@@ -246,13 +229,13 @@ class Executor:
         self.actor_gpu_ids: list[int] = []
         self.actor_runner: Any = None  # set for threaded or async actors
         self.actor_calls: ActorCallRunner | None = None  # their concurrency groups
-        self.exit_request: actor_exit.ExitRequest | None = None  # the actor ends itself
+        self.exit_request: ExitRequest | None = None  # the actor ends itself
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: tuple[str, str] = ("", "")
 
     # -- called on the I/O loop ------------------------------------------------------------
-    def enqueue(self, spec: pb.TaskSpec, stream: _Stream) -> None:
+    def enqueue(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
         if self.exit_request is not None and self.exit_request.intended and spec.actor_id:
             stream.replies.put_nowait(actor_exit.refused(self, spec))  # it ends itself
             return
@@ -266,10 +249,10 @@ class Executor:
     def _requeue_reply(self, spec: pb.TaskSpec) -> pb.TaskReply:
         return pb.TaskReply(task_id=spec.task_id, attempt=spec.attempt, requeued=True)
 
-    def drop_stream(self, stream: _Stream) -> None:
+    def drop_stream(self, stream: OwnerStream) -> None:
         stream.open = False
 
-    def owns_work(self, stream: _Stream) -> bool:
+    def owns_work(self, stream: OwnerStream) -> bool:
         """True when a task from ``stream`` is running or queued here."""
         with self._lock:
             if self.running_stream is stream:
@@ -289,7 +272,7 @@ class Executor:
             elif task_id in self.pending:
                 self.cancelled.add(task_id)
 
-    def drain_pending(self) -> list[tuple[pb.TaskSpec, _Stream]]:
+    def drain_pending(self) -> list[tuple[pb.TaskSpec, OwnerStream]]:
         """Take every queued, not started call (the actor is exiting)."""
         with self._lock:
             drained = list(self.pending.values())
@@ -442,7 +425,7 @@ class Executor:
         reply.end_time = time.time()
         return reply
 
-    def _captured(self, spec: pb.TaskSpec, stream: _Stream, run: Any) -> pb.TaskReply:
+    def _captured(self, spec: pb.TaskSpec, stream: OwnerStream, run: Any) -> pb.TaskReply:
         """``run(spec)`` with what it prints sent to the caller (on this thread)."""
         slot = self.output.begin(spec.task_id, stream)
         try:
@@ -450,7 +433,7 @@ class Executor:
         finally:
             self._end_output(slot, stream)
 
-    def _end_output(self, slot: Any, stream: _Stream) -> None:
+    def _end_output(self, slot: Any, stream: OwnerStream) -> None:
         """A call ended: its last output goes out before its reply (same loop, in order)."""
         task_id, _, rest = self.output.end(slot)
         if rest:

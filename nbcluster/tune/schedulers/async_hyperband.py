@@ -8,15 +8,12 @@ waits for a rung to fill (that is the "asynchronous" of ASHA), so trials never p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from nbcluster.tune.experiment.trial import Trial
-from nbcluster.tune.schedulers.trial_scheduler import TrialScheduler, check_positive
-
-if TYPE_CHECKING:
-    from nbcluster.tune.execution.controller import TuneController
+from nbcluster.tune.schedulers.trial_scheduler import TrialControl, TrialScheduler, check_positive
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler"]
 
@@ -109,7 +106,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
     def _metric_op(self) -> float:
         return 1.0 if self._mode == "max" else -1.0
 
-    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_add(self, tune_controller: TrialControl, trial: Trial) -> None:
         self._require_metric()
         sizes = np.array([len(b.rungs) for b in self._brackets])
         probs = np.e ** (sizes - sizes.max())
@@ -117,7 +114,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         self._trial_info[trial.trial_id] = self._brackets[idx]
 
     def on_trial_result(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> str:
         if self._time_attr not in result or self._metric not in result:
             return TrialScheduler.CONTINUE
@@ -133,7 +130,7 @@ class AsyncHyperBandScheduler(TrialScheduler):
         return action
 
     def on_trial_complete(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> None:
         bracket = self._trial_info.pop(trial.trial_id, None)
         if bracket is None or self._time_attr not in result or self._metric not in result:
@@ -142,10 +139,10 @@ class AsyncHyperBandScheduler(TrialScheduler):
             trial.trial_id, result[self._time_attr], self._metric_op * result[self._metric]
         )
 
-    def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_remove(self, tune_controller: TrialControl, trial: Trial) -> None:
         self._trial_info.pop(trial.trial_id, None)
 
-    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_error(self, tune_controller: TrialControl, trial: Trial) -> None:
         self._trial_info.pop(trial.trial_id, None)
 
     @property

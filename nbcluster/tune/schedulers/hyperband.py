@@ -9,16 +9,13 @@ scheduler pickles with the experiment state independently of the trial objects.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from nbcluster.tune.error import TuneError
 from nbcluster.tune.experiment.trial import Trial
-from nbcluster.tune.schedulers.trial_scheduler import TrialScheduler, check_positive
-
-if TYPE_CHECKING:
-    from nbcluster.tune.execution.controller import TuneController
+from nbcluster.tune.schedulers.trial_scheduler import TrialControl, TrialScheduler, check_positive
 
 __all__ = ["HyperBandScheduler"]
 
@@ -179,7 +176,7 @@ class HyperBandScheduler(TrialScheduler):
     def _cur_band_filled(self) -> bool:
         return len(self._hyperbands[self._state["band_idx"]]) == self._s_max_1
 
-    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_add(self, tune_controller: TrialControl, trial: Trial) -> None:
         self._require_metric()
         cur_bracket = self._state["bracket"]
         cur_band = self._hyperbands[self._state["band_idx"]]
@@ -209,7 +206,7 @@ class HyperBandScheduler(TrialScheduler):
         self._trial_info[trial.trial_id] = (self._state["bracket"], self._state["band_idx"])
 
     def on_trial_result(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> str:
         bracket, _ = self._trial_info[trial.trial_id]
         bracket.update_trial_stats(trial.trial_id, result)
@@ -217,7 +214,7 @@ class HyperBandScheduler(TrialScheduler):
             return TrialScheduler.CONTINUE
         return self._process_bracket(tune_controller, bracket)
 
-    def _process_bracket(self, tune_controller: TuneController, bracket: _Bracket) -> str:
+    def _process_bracket(self, tune_controller: TrialControl, bracket: _Bracket) -> str:
         action = TrialScheduler.PAUSE
         if not bracket.cur_iter_done():
             return action
@@ -259,7 +256,7 @@ class HyperBandScheduler(TrialScheduler):
         bracket.is_being_processed = False
         return action
 
-    def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_remove(self, tune_controller: TrialControl, trial: Trial) -> None:
         info = self._trial_info.get(trial.trial_id)
         if info is None:
             return
@@ -269,14 +266,14 @@ class HyperBandScheduler(TrialScheduler):
             self._process_bracket(tune_controller, bracket)
 
     def on_trial_complete(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> None:
         self.on_trial_remove(tune_controller, trial)
 
-    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_error(self, tune_controller: TrialControl, trial: Trial) -> None:
         self.on_trial_remove(tune_controller, trial)
 
-    def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
+    def choose_trial_to_run(self, tune_controller: TrialControl) -> Trial | None:
         for band in self._hyperbands:
             brackets = [b for b in band if b is not None]
             for bracket in sorted(brackets, key=lambda b: b.completion_percentage()):

@@ -4,15 +4,12 @@ others' running averages at the same point (Golovin et al., "Google Vizier")."""
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from nbcluster.tune.experiment.trial import Trial
-from nbcluster.tune.schedulers.trial_scheduler import TrialScheduler, check_positive
-
-if TYPE_CHECKING:
-    from nbcluster.tune.execution.controller import TuneController
+from nbcluster.tune.schedulers.trial_scheduler import TrialControl, TrialScheduler, check_positive
 
 __all__ = ["MedianStoppingRule"]
 
@@ -62,11 +59,11 @@ class MedianStoppingRule(TrialScheduler):
     def _better(self, a: float, b: float) -> float:
         return max(a, b) if self._mode == "max" else min(a, b)
 
-    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_add(self, tune_controller: TrialControl, trial: Trial) -> None:
         self._require_metric()
 
     def on_trial_result(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> str:
         if self._time_attr not in result or self._metric not in result:
             return TrialScheduler.CONTINUE
@@ -91,13 +88,13 @@ class MedianStoppingRule(TrialScheduler):
         return TrialScheduler.CONTINUE
 
     def on_trial_complete(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> None:
         if result and self._time_attr in result and self._metric in result:
             self._results[trial.trial_id].append(result)
 
     def _on_insufficient_samples(
-        self, tune_controller: TuneController, trial: Trial, time: float
+        self, tune_controller: TrialControl, trial: Trial, time: float
     ) -> str:
         if time - self._last_pause.get(trial.trial_id, float("-inf")) <= self._min_time_slice:
             return TrialScheduler.CONTINUE

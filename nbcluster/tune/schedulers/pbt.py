@@ -15,17 +15,14 @@ import copy
 import math
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nbcluster.tune.error import TuneError
 from nbcluster.tune.experiment.trial import CheckpointRecord, Trial
-from nbcluster.tune.schedulers.trial_scheduler import TrialScheduler
+from nbcluster.tune.schedulers.trial_scheduler import TrialControl, TrialScheduler
 from nbcluster.tune.search.sample import Domain, Function
 from nbcluster.tune.search.searcher import SearchGenerator
 from nbcluster.tune.search.variant_generator import format_vars
-
-if TYPE_CHECKING:
-    from nbcluster.tune.execution.controller import TuneController
 
 __all__ = ["PopulationBasedTraining", "explore"]
 
@@ -177,7 +174,7 @@ class PopulationBasedTraining(TrialScheduler):
     def _metric_op(self) -> float:
         return 1.0 if self._mode == "max" else -1.0
 
-    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_add(self, tune_controller: TrialControl, trial: Trial) -> None:
         if isinstance(tune_controller.search_alg, SearchGenerator):
             raise ValueError(
                 f"Search algorithms cannot be used with {type(self).__name__} schedulers. "
@@ -191,7 +188,7 @@ class PopulationBasedTraining(TrialScheduler):
                 trial.evaluated_params[attr] = trial.config[attr]
 
     def on_trial_result(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> str:
         for key in (self._time_attr, self._metric):
             if key not in result and self._require_attrs:
@@ -240,7 +237,7 @@ class PopulationBasedTraining(TrialScheduler):
     def _checkpoint_or_exploit(
         self,
         trial: Trial,
-        tune_controller: TuneController,
+        tune_controller: TrialControl,
         upper: list[Trial],
         lower: list[Trial],
     ) -> None:
@@ -270,7 +267,7 @@ class PopulationBasedTraining(TrialScheduler):
 
     def _exploit(
         self,
-        tune_controller: TuneController,
+        tune_controller: TrialControl,
         trial: Trial,
         clone: Trial,
         checkpoint: CheckpointRecord,
@@ -291,7 +288,7 @@ class PopulationBasedTraining(TrialScheduler):
         trial_state.last_perturbation_time = clone_state.last_perturbation_time
         trial_state.last_train_time = clone_state.last_train_time
 
-    def _quantiles(self, tune_controller: TuneController) -> tuple[list[Trial], list[Trial]]:
+    def _quantiles(self, tune_controller: TrialControl) -> tuple[list[Trial], list[Trial]]:
         trials = []
         for tid, state in self._trial_state.items():
             t = tune_controller.get_trial(tid)
@@ -310,7 +307,7 @@ class PopulationBasedTraining(TrialScheduler):
             n = int(math.floor(len(trials) / 2))
         return trials[:n], trials[len(trials) - n :]
 
-    def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
+    def choose_trial_to_run(self, tune_controller: TrialControl) -> Trial | None:
         candidates = []
         for trial in tune_controller.get_trials():
             if trial.status not in (Trial.PENDING, Trial.PAUSED):
@@ -326,7 +323,7 @@ class PopulationBasedTraining(TrialScheduler):
         return candidates[0] if candidates else None
 
     def on_trial_complete(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> None:
         """Finished trials drop out of the quantiles (they stay known, to be cloned)."""
 

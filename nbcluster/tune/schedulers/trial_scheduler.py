@@ -4,21 +4,51 @@ A scheduler is a pure object in the driver. The controller calls ``on_trial_add`
 trial is created, ``on_trial_result`` at each result (the answer is CONTINUE, PAUSE or
 STOP for that trial), ``on_trial_complete``/``on_trial_error`` when it ends, and
 ``choose_trial_to_run`` whenever a slot is free. Schedulers that act on other trials
-(HyperBand, PBT) call ``controller.pause_trial``/``stop_trial`` on the controller they are
-handed (:class:`~nbcluster.tune.execution.controller.TuneController`).
+(HyperBand, PBT) call ``stop_trial`` and friends on the controller they are handed: a
+:class:`TrialControl` (the controller, ``execution/controller.py``, implements it and imports
+this module; schedulers never import the controller).
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from nbcluster.tune.experiment.trial import Trial
+from nbcluster.tune.experiment.trial import CheckpointRecord, Trial
+from nbcluster.tune.search.searcher import SearchAlgorithm
 
-if TYPE_CHECKING:
-    from nbcluster.tune.execution.controller import TuneController
+__all__ = ["FIFOScheduler", "TrialControl", "TrialScheduler"]
 
-__all__ = ["FIFOScheduler", "TrialScheduler"]
+
+class TrialControl(Protocol):
+    """What a scheduler may ask of the controller that consults it (``TuneController``)."""
+
+    @property
+    def search_alg(self) -> SearchAlgorithm:
+        """The experiment's search algorithm."""
+
+    def get_trials(self) -> list[Trial]:
+        """Every trial of the experiment, in creation order."""
+
+    def get_live_trials(self) -> list[Trial]:
+        """Trials that are not finished (in creation order)."""
+
+    def get_trial(self, trial_id: str) -> Trial | None:
+        """The trial with this id (None if unknown)."""
+
+    def has_resources_for_trial(self, trial: Trial) -> bool:
+        """True if ``trial`` could start now."""
+
+    def stop_trial(self, trial: Trial) -> None:
+        """End a trial for good (TERMINATED), whatever its status."""
+
+    def checkpoint_now(self, trial: Trial) -> CheckpointRecord | None:
+        """The trial's checkpoint at its current result, or None (a save is then requested)."""
+
+    def exploit_trial(
+        self, trial: Trial, new_config: dict[str, Any], checkpoint: CheckpointRecord, new_tag: str
+    ) -> None:
+        """PBT: restart ``trial`` from ``checkpoint`` (another trial's) with ``new_config``."""
 
 
 class TrialScheduler:
@@ -60,27 +90,27 @@ class TrialScheduler:
             self._mode = mode
         return True
 
-    def on_trial_add(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_add(self, tune_controller: TrialControl, trial: Trial) -> None:
         """A new trial was created."""
 
-    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_error(self, tune_controller: TrialControl, trial: Trial) -> None:
         """A trial failed for good."""
 
     def on_trial_result(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> str:
         """A result of a running trial: return CONTINUE, PAUSE, STOP or NOOP."""
         return TrialScheduler.CONTINUE
 
     def on_trial_complete(
-        self, tune_controller: TuneController, trial: Trial, result: dict[str, Any]
+        self, tune_controller: TrialControl, trial: Trial, result: dict[str, Any]
     ) -> None:
         """A trial finished normally; ``result`` is its last one."""
 
-    def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
+    def on_trial_remove(self, tune_controller: TrialControl, trial: Trial) -> None:
         """A paused or pending trial was stopped."""
 
-    def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
+    def choose_trial_to_run(self, tune_controller: TrialControl) -> Trial | None:
         """A PENDING or PAUSED trial to start now, or None (must be idempotent)."""
         live = tune_controller.get_live_trials()
         for trial in live:
