@@ -18,7 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from nbcluster import exceptions as exc
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 
@@ -158,6 +158,8 @@ class ActorSubmitter:
                         ),
                     )
                     return
+                if err.code().name == "UNAVAILABLE" and not self.closed:
+                    self._head_unreachable(conn, err)
                 await asyncio.sleep(min(0.2 * failures, 2.0))
                 continue
             failures = 0
@@ -177,6 +179,21 @@ class ActorSubmitter:
             elif info.state != ALIVE:
                 conn.state = info.state
         conn.watching = False
+
+    def _head_unreachable(self, conn: ActorConn, err: RpcError) -> None:
+        """The head stayed unreachable for the grace period (``head()`` retried that long)
+        while calls wait for it to place or restart the actor: they fail with
+        ``HeadUnavailableError`` instead of waiting for ever (F11b). Calls on a connected
+        actor go on, and so does the watch: calls made once the head is back run."""
+        if conn.call is not None:
+            return
+        error = to_exception(err, Peer.HEAD, "WaitActor")
+        while conn.queue:
+            rec = conn.queue.popleft()
+            if rec.done:
+                self._count_done(rec)
+            else:
+                self._fail(rec, error)
 
     def _connect(self, conn: ActorConn, address: str) -> None:
         if conn.call is not None:
