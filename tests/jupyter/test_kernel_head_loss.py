@@ -9,10 +9,12 @@ appends a line to a file named after it, so the end of the test can count execut
   the head, as in Ray) when the head is killed: the cell ends with ``HeadUnavailableError``
   (its error output, as the notebook shows it) within the grace period plus a margin.
 - The kernel lives on: the next cells run; a task in flight finishes, new tasks run,
-  ``%cluster status`` says the state is unavailable instead of hanging or failing.
+  ``%cluster status`` says the state is unavailable and ``%cluster widgets`` opens,
+  instead of hanging or failing.
 - The head restarts on the same address: the same kernel (same process, no reconnect by
   hand) runs new tasks and actors, the old actor answers, the actor created during the
-  outage becomes ready, and results made before the outage are still readable.
+  outage becomes ready, results made before the outage are still readable, and the
+  dashboard opened before the outage shows the tasks run after it.
 - Every task, constructor and call ran exactly once; the failed call never ran.
 """
 
@@ -83,6 +85,20 @@ probe = Probe.remote("probe-ctor")
 assert nbcluster.get(probe.ping.remote("probe-before")) == "probe-before"
 """
 
+# The live dashboard (its feed holds the head's event stream) shows the tasks so far.
+DASHBOARD = """
+from nbcluster.jupyter.widgets import dashboard
+from nbcluster.testing import poll_for
+
+def records(view):
+    got = view.timeline.summary.get("record")
+    return got.count if got is not None else 0
+
+dash = dashboard()
+display(dash)
+poll_for(lambda: records(dash) >= 10, timeout=30, message="the timeline never saw the tasks")
+"""
+
 # Both CPUs are needed by the actor; ``held`` keeps one until the gate opens, so the head
 # cannot place the actor yet: the call waits for the head to say where the actor lives.
 WAITS_ON_THE_HEAD = """
@@ -116,6 +132,9 @@ assert nbcluster.get(fresh.ping.remote("fresh-call"), timeout=60) == "fresh-call
 assert [t for t, _ in nbcluster.get(before + outage, timeout=60)] == (
     [f"before-{i}" for i in range(10)] + [f"outage-{i}" for i in range(3)]
 )
+# The dashboard opened before the outage follows the restarted head: only the new head's
+# events take it past 13 (10 before, 3 in the outage, 5 after).
+poll_for(lambda: records(dash) >= 15, timeout=30, message="the dashboard stopped updating")
 print("AFTER OK", flush=True)
 """
 
@@ -168,6 +187,7 @@ def test_head_killed_under_a_running_notebook_and_restarted(
     k.run(DEFINE.format(runs=str(runs), gate=str(gate)))
     kernel_pid = k.eval_text("os.getpid()")
     k.run(BEFORE)
+    k.run(DASHBOARD)
     started = k.run('during = held.remote("during")')
     k.wait_for(lambda: "held started" in k.task_output(started), what="the held task to run")
 
@@ -190,6 +210,7 @@ def test_head_killed_under_a_running_notebook_and_restarted(
     k.run(DURING)
     status = k.run("%cluster status")
     assert "Cluster state unavailable" in shown_text(k, status), shown_text(k, status)
+    k.run("%cluster widgets")  # a new dashboard while the head is away: no error, no hang
     assert k.eval_text("os.getpid()") == kernel_pid
 
     # -- the head comes back: the same kernel carries on --------------------------------------
