@@ -176,3 +176,18 @@ def test_death_errors_name_how_the_actor_ended() -> None:
     assert isinstance(err, exc.ActorDiedError) and "out of scope" in str(err)
     unsched = death_error(_info(1, pb.ActorInfo.DEAD, death_kind="unschedulable"))
     assert isinstance(unsched, exc.ActorUnschedulableError)
+
+
+def test_when_the_head_stays_away_calls_waiting_for_placement_fail_but_connected_ones_go_on() -> (
+    None
+):
+    st = ActorCallState()
+    waiting = _call()
+    st.enqueue(waiting)
+    conn = st.conns[AID]
+    err = exc.HeadUnavailableError("the head cannot be reached")
+    out = st.head_unreachable(conn, err)
+    assert out == [ins.CallDone(waiting), ins.Fail(waiting, err)] and not conn.queue
+    sent = _call()
+    conn2, _ = _alive(ActorCallState(), sent)
+    assert ActorCallState().head_unreachable(conn2, err) == []

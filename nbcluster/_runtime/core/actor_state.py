@@ -212,6 +212,21 @@ class ActorCallState:
             conn, exc.ActorDiedError(conn.actor_id.hex(), reason="the head has no such actor")
         )
 
+    def head_unreachable(self, conn: ActorConn, error: BaseException) -> Out:
+        """The head stayed unreachable for the grace period while calls wait for it to
+        place or restart the actor: they fail with ``error`` (``HeadUnavailableError``)
+        instead of waiting for ever (F11b). Calls on a connected actor go on, and so does
+        the watch: calls made once the head is back run."""
+        if conn.stream:
+            return []
+        out: Out = []
+        while conn.queue:
+            rec = conn.queue.popleft()
+            out.append(CallDone(rec))
+            if not rec.done:
+                out.append(Fail(rec, error))
+        return out
+
     def watch_ended(self, conn: ActorConn) -> None:
         """The shell stopped watching (the actor is dead, or this process stops)."""
         conn.watching = False

@@ -27,7 +27,7 @@ from nbcluster._runtime.core.actor_state import (
     ActorCallState,
     ActorConn,
 )
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 
 if TYPE_CHECKING:
@@ -140,6 +140,11 @@ class ActorSubmitter:
                     if err.code().name == "NOT_FOUND":
                         self._do(self.state.actor_unknown(conn))
                         return
+                    if err.code().name == "UNAVAILABLE" and not self.closed:
+                        # head() retried for the grace period: calls waiting for the head
+                        # to place the actor fail (F11b)
+                        error = to_exception(err, Peer.HEAD, "WaitActor")
+                        self._do(self.state.head_unreachable(conn, error))
                     await asyncio.sleep(min(0.2 * failures, 2.0))
                     continue
                 failures = 0

@@ -763,9 +763,9 @@ class CoreClient:
 class HeadRetry:
     """Calls to the head that retry while it is unreachable, up to the grace period.
 
-    A head restart (or a short network cut) is then invisible to callers; after
-    ``head_grace_period_s`` the last error surfaces (as ``HeadUnavailableError`` once
-    translated).
+    A head restart (or a short network cut) is then invisible to callers; once a call has
+    failed for ``head_grace_period_s`` (counted from its first failure) the last error
+    surfaces (as ``HeadUnavailableError`` once translated).
     """
 
     def __init__(self, client: CoreClient) -> None:
@@ -775,13 +775,17 @@ class HeadRetry:
         client = self._client
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            deadline = time.monotonic() + client.config.head_grace_period_s
+            # From the first failure: a long poll may have waited longer than the grace
+            # period before the head went away.
+            deadline: float | None = None
             delay = 0.05
             while True:
                 method = getattr(client.channels.stub(client.head_address, "head"), name)
                 try:
                     return await method(*args, **kwargs)
                 except RpcError as err:
+                    if deadline is None:
+                        deadline = time.monotonic() + client.config.head_grace_period_s
                     if (
                         err.code().name != "UNAVAILABLE"
                         or client.closed

@@ -17,7 +17,8 @@ every ``interval`` while subscribed; the others only when something arrived.
 
 A subscriber that joins later first gets the task attempts the head still keeps (its
 bounded ring: one ``state.task_events()`` call, ``backfill=True``), without duplicates
-of what was pushed meanwhile. When the head's stream reports that this feed fell behind
+of what was pushed meanwhile; so does every subscriber when the stream comes back from a
+restarted head (what finished before the stream subscribed to the new head). When the head's stream reports that this feed fell behind
 ("dropped N"), ``FeedUpdate.dropped`` counts those events.
 
 The thread and the subscription stop when the last subscriber leaves or the driver
@@ -123,12 +124,18 @@ class _Inbox:
         self.autoscaler = False
         self.dropped = 0
         self.arrived = threading.Event()
+        self.head_id = ""
+        #: The stream came back from another head process (a restarted head).
+        self.head_changed = False
 
     def add(self, batch: EventBatch) -> None:
         with self.lock:
             if batch.snapshot:
                 self.nodes = {}
                 self.nodes_changed = True
+                if batch.head_id and self.head_id and batch.head_id != self.head_id:
+                    self.head_changed = True
+                self.head_id = batch.head_id or self.head_id
             for e in batch.events:
                 if e.kind == "task":
                     self.events.append(e.data)
@@ -154,6 +161,11 @@ class _Inbox:
             self.nodes_changed = False
             self.arrived.clear()
             return events, nodes, autoscaler, self.dropped
+
+    def take_head_change(self) -> bool:
+        with self.lock:
+            changed, self.head_changed = self.head_changed, False
+            return changed
 
     def current_nodes(self) -> list[NodeStats]:
         with self.lock:
@@ -348,6 +360,11 @@ class Feed:
                 if s.session is None:
                     s.session = session
             self._ensure_stream(session)
+            if self._inbox.take_head_change():
+                # A restarted head: what finished before the stream subscribed to it again
+                # is only in its ring (without the subscription it would never be shown).
+                for s in subs:
+                    s.needs_backfill = True
             ring: list[TaskEvent] | None = None
             ring_dropped = 0
             if any(s.events and s.needs_backfill for s in subs):
