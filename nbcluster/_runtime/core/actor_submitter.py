@@ -182,6 +182,8 @@ class ActorSubmitter:
         if conn.call is not None:
             with contextlib.suppress(Exception):
                 conn.call.cancel()
+            if conn.inflight:  # sent to an incarnation that is gone: retry or fail them
+                self._disconnected(conn)
         conn.address = address
         conn.state = ALIVE
         conn.call = self.client.core(address).PushTasks(wait_for_ready=True)
@@ -225,12 +227,40 @@ class ActorSubmitter:
                     conn.death
                     or exc.ActorDiedError(
                         conn.actor_id.hex(),
-                        reason="the actor's process died while running this call "
-                        "(set max_task_retries to retry calls after a restart)",
+                        reason="the actor's process died, or the connection to it broke, "
+                        "while running this call (set max_task_retries to retry calls)",
                     ),
                 )
         conn.inflight.clear()
         conn.queue.extendleft(reversed(retry))
+        if conn.death is None and not self.closed:
+            self.client.loop.create_task(self._recheck(conn, conn.version))
+
+    async def _recheck(self, conn: ActorConn, version: int) -> None:
+        """The stream broke, but maybe not the actor (a network fault): while the head still
+        lists the incarnation we were talking to as ALIVE and its process answers a ping,
+        connect to it again. A real death reaches the head, and :meth:`_watch`, as a newer
+        version, which ends this."""
+        delay = 0.1
+        while (
+            not self.closed and conn.call is None and conn.death is None and conn.version == version
+        ):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            try:
+                info = await self.client.head().WaitActor(
+                    pb.WaitActorRequest(actor_id=conn.actor_id, after_version=0, timeout=1.0),
+                    timeout=10,
+                )
+                if info.version != version or info.state != ALIVE or not info.address:
+                    continue  # news on its way to _watch
+                await self.client.core(info.address).Ping(pb.Empty(), timeout=2)
+            except RpcError:
+                continue
+            if not self.closed and conn.call is None and conn.death is None:
+                if conn.version == version:
+                    self._connect(conn, info.address)
+                return
 
     def _dead(self, conn: ActorConn, error: BaseException) -> None:
         conn.state = DEAD

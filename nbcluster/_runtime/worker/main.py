@@ -23,12 +23,14 @@ import time
 from typing import Any
 
 import cloudpickle
+import grpc
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
+from nbcluster._runtime.protocol import faults
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
@@ -103,6 +105,8 @@ class _Stream:
         self.loop = loop
         self.replies: asyncio.Queue[pb.TaskReply | pb.LogRecord | None] = asyncio.Queue()
         self.open = True
+        self.cut = False  # testing (F13): the fault injector broke this stream mid-batch
+        self.retried: set[bytes] = set()  # testing (F13): retried tasks not answered yet
 
     def send_logs(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
         """Queue output records (call on the loop)."""
@@ -126,11 +130,27 @@ class WorkerService(CoreWorkerService):
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
         stream = _Stream(asyncio.get_running_loop())
         lease_hex = dict(context.invocation_metadata() or ()).get("nbc-lease", "")
+        injector = faults.current()  # testing only (F13): None in production
 
         async def pump_in() -> None:
             try:
                 async for batch in request_iterator:
-                    for spec in batch.tasks:
+                    tasks = batch.tasks
+                    if injector is not None:  # no faults while a retried task is here
+                        stream.retried.update(
+                            t.task_id for t in tasks if t.attempt and not t.actor_id
+                        )
+                    if (
+                        injector is not None
+                        and tasks
+                        and not stream.retried
+                        and injector.fire("PushTasks", "cut")
+                    ):
+                        for spec in tasks[: injector.pick(len(tasks))]:
+                            self.executor.enqueue(spec, stream)
+                        stream.cut = True  # the rest of the batch is lost; the stream breaks
+                        return
+                    for spec in tasks:
                         self.executor.enqueue(spec, stream)
             finally:
                 stream.open = False
@@ -140,6 +160,8 @@ class WorkerService(CoreWorkerService):
         try:
             while True:
                 reply = await stream.replies.get()
+                if stream.cut:  # testing (F13): the injector cut the stream mid-batch
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: stream cut")
                 if reply is None:
                     if not stream.open and stream.replies.empty():
                         break
@@ -155,6 +177,17 @@ class WorkerService(CoreWorkerService):
                     if stream.replies.empty():
                         break
                     item = stream.replies.get_nowait()
+                if stream.cut or (
+                    injector is not None
+                    and replies
+                    and not stream.retried
+                    and injector.fire("PushTasks", "drop")
+                ):
+                    await context.abort(
+                        grpc.StatusCode.UNAVAILABLE, "injected fault: a batch of replies lost"
+                    )
+                if stream.retried:
+                    stream.retried.difference_update(r.task_id for r in replies)
                 yield pb.ReplyBatch(replies=replies, logs=logs)
                 if any(r.worker_exiting for r in replies):
                     self.executor.exit_after_reply.set()
