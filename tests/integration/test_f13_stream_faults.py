@@ -122,7 +122,7 @@ def test_tasks_with_max_retries_0_run_at_most_once(faults_dir: Path, tmp_path: P
         open(os.path.join(path, f"{i}-{uuid.uuid4().hex}"), "w").close()
         return i
 
-    n = 60
+    n = 100
     refs = [once.remote(runs.path, i) for i in range(n)]
     ok, crashed = [], []
     for i, ref in enumerate(refs):
