@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nbcluster
+from nbcluster._runtime.protocol.faults import fired as fired_faults
 from nbcluster.config import Config
 from nbcluster.state import local_cluster
 from nbcluster.testing import assert_cluster_healthy, poll_for
@@ -128,8 +129,12 @@ def test_f11_head_restart_keeps_actors_and_recovers_named_ones(
     nbcluster.kill(c)
 
 
-def test_f13_dropped_requests_and_replies_keep_results_correct(cluster, monkeypatch) -> None:
+def test_f13_dropped_requests_and_replies_keep_results_correct(
+    cluster, monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NBCLUSTER_TESTING", "1")  # the injector is off without it
     monkeypatch.setenv("NBCLUSTER_TESTING_RPC_FAILURE", "*=0.15:0.15")
+    monkeypatch.setenv("NBCLUSTER_TESTING_FAULTS_DIR", str(tmp_path))
     cluster(num_cpus=2)
 
     @nbcluster.remote
@@ -151,6 +156,7 @@ def test_f13_dropped_requests_and_replies_keep_results_correct(cluster, monkeypa
     assert nbcluster.get([c.inc.remote() for _ in range(50)]) == list(range(1, 51))  # once each
     big = nbcluster.get(nbcluster.put(np.arange(1_000_000)))
     assert int(big.sum()) == int(np.arange(1_000_000).sum())
+    assert sum(fired_faults(tmp_path).values()) > 0  # faults were injected
     assert_cluster_healthy(timeout=20)
 
 
@@ -295,7 +301,9 @@ def test_f13_lost_actor_creation_replies_run_each_constructor_once(
 ) -> None:
     # Half of the CreateActor requests or replies are lost: the head asks the worker again
     # (it answers pings), and the worker runs __init__ once per actor whatever it is asked.
+    monkeypatch.setenv("NBCLUSTER_TESTING", "1")  # the injector is off without it
     monkeypatch.setenv("NBCLUSTER_TESTING_RPC_FAILURE", "CreateActor=0.25:0.5")
+    monkeypatch.setenv("NBCLUSTER_TESTING_FAULTS_DIR", str(tmp_path))
     cluster(num_cpus=2)
     inits = tmp_path / "inits"
     inits.mkdir()
@@ -313,4 +321,6 @@ def test_f13_lost_actor_creation_replies_run_each_constructor_once(
     assert nbcluster.get([a.get.remote() for a in actors], timeout=120) == list(range(12))
     made = sorted(int(p.name.split("-")[0]) for p in inits.iterdir())
     assert made == list(range(12)), f"constructors ran {made}"  # once each, none lost
+    fired = fired_faults(tmp_path)
+    assert fired[("CreateActor", "request")] + fired[("CreateActor", "reply")] > 0
     assert_cluster_healthy(timeout=30)

@@ -78,7 +78,7 @@ def test_a_restart_retries_sent_calls_first_and_in_order_when_retries_allow() ->
     conn, _ = _alive(st, a, b)
     later = _call(retries=1)
     st.enqueue(later)
-    assert st.stream_ended(conn, 1) == []
+    assert st.stream_ended(conn, 1) == [ins.RecheckActor(conn, 1)]  # maybe only the link
     assert conn.state == pb.ActorInfo.RESTARTING and list(conn.queue) == [a, b, later]
     assert (a.retries_left, a.spec.attempt) == (0, 1)
     assert st.actor_info(conn, _info(2, pb.ActorInfo.RESTARTING, address="")) == []
@@ -93,6 +93,7 @@ def test_without_retries_a_call_in_flight_when_the_actor_died_fails() -> None:
     out = st.stream_ended(conn, 1)
     assert out[0] == ins.CallDone(a)
     assert isinstance(out[1].error, exc.ActorDiedError) and "max_task_retries" in str(out[1].error)
+    assert out[2] == ins.RecheckActor(conn, 1)
 
 
 def test_the_end_of_an_old_stream_is_ignored() -> None:
@@ -191,3 +192,29 @@ def test_when_the_head_stays_away_calls_waiting_for_placement_fail_but_connected
     sent = _call()
     conn2, _ = _alive(ActorCallState(), sent)
     assert ActorCallState().head_unreachable(conn2, err) == []
+
+
+def test_a_broken_link_to_a_live_actor_is_reconnected_to_the_same_incarnation() -> None:
+    st = ActorCallState()
+    a = _call(retries=0)
+    conn, _ = _alive(st, a)
+    st.stream_ended(conn, 1)
+    later = _call()
+    st.enqueue(later)
+    out = st.reconnect(conn, 1, "w:1")
+    assert out == [ins.ConnectActor(conn, "w:1", 2), ins.SendActorCalls(conn, [later])]
+    assert st.reconnect(conn, 1, "w:1") == []  # connected already
+    st.stream_ended(conn, 2)
+    st.actor_info(conn, _info(2, pb.ActorInfo.RESTARTING, address=""))
+    assert st.reconnect(conn, 1, "w:1") == []  # a newer incarnation is on its way
+
+
+def test_moving_to_a_new_address_retries_or_fails_what_the_old_stream_carried() -> None:
+    st = ActorCallState()
+    once, again = _call(retries=0), _call(retries=1)
+    conn, _ = _alive(st, once, again)
+    out = st.actor_info(conn, _info(2, address="w:2"))
+    fails = [i for i in out if type(i) is ins.Fail]
+    assert [f.record for f in fails] == [once]
+    assert ins.ConnectActor(conn, "w:2", 2) in out
+    assert ins.SendActorCalls(conn, [again]) in out and again.spec.attempt == 1

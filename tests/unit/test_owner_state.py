@@ -566,3 +566,18 @@ def test_every_reply_answers_its_request(status: str) -> None:
     reply = pb.LeaseReply(status=getattr(pb.LeaseReply, status), spill_address=OTHER)
     st.lease_reply(req.kq, req.request_id, req.address, True, reply)
     assert req.request_id not in req.kq.requests
+
+
+def test_a_task_that_must_not_run_twice_never_waits_behind_another_on_a_worker() -> None:
+    st = _state(max_depth=4)
+    first = _rec()
+    lease, _ = _granted_lease(st, first)
+    st.replies(lease, [_reply(first, start_time=1.0, end_time=1.0)])  # fast
+    busy = _rec()
+    _submit(st, busy)
+    once = _rec(retries=0)
+    out = _submit(st, once)
+    # Behind `busy` it would not be charged if the stream broke, and could run twice.
+    assert _of(out, ins.Send) == [] and list(st.keys[once.key].queue) == [once]
+    out = st.replies(lease, [_reply(busy, start_time=1.0, end_time=1.0)])
+    assert ins.Send(lease, [once]) in out

@@ -32,6 +32,7 @@ from nbcluster._runtime.core.instructions import (
     Fail,
     Instruction,
     KillActor,
+    RecheckActor,
     SendActorCalls,
     WatchActor,
 )
@@ -149,13 +150,20 @@ class ActorCallState:
 
     def stream_ended(self, conn: ActorConn, stream: int) -> Out:
         """Stream ``stream`` ended. If it is the current one, the actor's process went
-        away under the calls in flight: retry those that may be, fail the others."""
+        away under the calls in flight (or the connection broke): retry those that may
+        be, fail the others, and check whether the same incarnation can be reached again."""
         if stream != conn.stream:
             return []  # an old incarnation's stream, replaced already
         conn.stream = 0
         conn.address = ""
         if conn.state == ALIVE:
             conn.state = RESTARTING  # until the head says otherwise
+        out = self._retry_or_fail_inflight(conn)
+        if conn.death is None and not self.closed:
+            out.append(RecheckActor(conn, conn.version))
+        return out
+
+    def _retry_or_fail_inflight(self, conn: ActorConn) -> Out:
         out: Out = []
         retry = []
         for rec in conn.inflight.values():
@@ -171,13 +179,33 @@ class ActorCallState:
                         conn.death
                         or exc.ActorDiedError(
                             conn.actor_id.hex(),
-                            reason="the actor's process died while running this call "
-                            "(set max_task_retries to retry calls after a restart)",
+                            reason="the actor's process died, or the connection to it broke, "
+                            "while running this call (set max_task_retries to retry calls)",
                         ),
                     ),
                 ]
         conn.inflight.clear()
         conn.queue.extendleft(reversed(retry))
+        return out
+
+    def reconnect(self, conn: ActorConn, version: int, address: str) -> Out:
+        """The incarnation the broken stream went to is still ALIVE and answers: open a
+        new stream to it (unless news of a newer incarnation came meanwhile)."""
+        if self.closed or conn.stream or conn.death is not None or conn.version != version:
+            return []
+        return self._connect(conn, address)
+
+    def _connect(self, conn: ActorConn, address: str) -> Out:
+        out: Out = []
+        if conn.stream and conn.inflight:  # sent to an incarnation that is gone
+            out += self._retry_or_fail_inflight(conn)
+        # Calls sent to the previous incarnation and allowed to retry go first, in order.
+        conn.address = address
+        conn.state = ALIVE
+        conn.streams += 1
+        conn.stream = conn.streams
+        out.append(ConnectActor(conn, address, conn.stream))
+        self._pump(conn, out)
         return out
 
     # -- the head's news ------------------------------------------------------------------------
@@ -189,22 +217,15 @@ class ActorCallState:
         conn.info = info
         if info.state == DEAD:
             return self._dead(conn, death_error(info))
-        out: Out = []
         if (
             info.state == ALIVE
             and info.address
             and (info.address != conn.address or not conn.stream)
         ):
-            # Calls sent to the previous incarnation and allowed to retry go first, in order.
-            conn.address = info.address
-            conn.state = ALIVE
-            conn.streams += 1
-            conn.stream = conn.streams
-            out.append(ConnectActor(conn, info.address, conn.stream))
-            self._pump(conn, out)
-        elif info.state != ALIVE:
+            return self._connect(conn, info.address)
+        if info.state != ALIVE:
             conn.state = info.state
-        return out
+        return []
 
     def actor_unknown(self, conn: ActorConn) -> Out:
         """The head has no such actor."""

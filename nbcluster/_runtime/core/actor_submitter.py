@@ -51,6 +51,7 @@ class ActorSubmitter:
         self._handlers: dict[type, Callable[[Any], None]] = {
             ins.WatchActor: self._do_watch,
             ins.ConnectActor: self._do_connect,
+            ins.RecheckActor: self._do_recheck,
             ins.CloseActorStream: self._do_close_stream,
             ins.SendActorCalls: self._do_send,
             ins.CancelActorRemote: self._do_cancel_remote,
@@ -174,6 +175,33 @@ class ActorSubmitter:
         conn.call = call
         self.client.loop.create_task(self._reader(conn, call, stream))
         self._flush(conn)
+
+    def _do_recheck(self, i: ins.RecheckActor) -> None:
+        self.client.loop.create_task(self._recheck(i.conn, i.version))
+
+    async def _recheck(self, conn: ActorConn, version: int) -> None:
+        """The stream broke, but maybe not the actor (a network fault): while the head still
+        lists the incarnation we were talking to as ALIVE and its process answers a ping,
+        connect to it again. A real death reaches the head, and :meth:`_watch`, as a newer
+        version, which ends this."""
+        delay = 0.1
+        while (
+            not self.closed and not conn.stream and conn.death is None and conn.version == version
+        ):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            try:
+                info = await self.client.head().WaitActor(
+                    pb.WaitActorRequest(actor_id=conn.actor_id, after_version=0, timeout=1.0),
+                    timeout=10,
+                )
+                if info.version != version or info.state != ALIVE or not info.address:
+                    continue  # news on its way to _watch
+                await self.client.core(info.address).Ping(pb.Empty(), timeout=2)
+            except RpcError:
+                continue
+            self._do(self.state.reconnect(conn, version, info.address))
+            return
 
     def _do_close_stream(self, i: ins.CloseActorStream) -> None:
         conn = i.conn

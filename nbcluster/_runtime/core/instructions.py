@@ -29,6 +29,7 @@ __all__ = [
     "KillActor",
     "OpenStream",
     "PumpLater",
+    "RecheckActor",
     "RecordCrashedAttempt",
     "RequestLease",
     "ResolveRoute",
@@ -200,6 +201,15 @@ class ConnectActor(NamedTuple):
     stream: int
 
 
+class RecheckActor(NamedTuple):
+    """The actor's stream broke but the head has not said it died (maybe a network fault):
+    while the head still lists incarnation ``version`` as ALIVE and its process answers a
+    ping, report ``reconnect(conn, version, address)``."""
+
+    conn: Any
+    version: int
+
+
 class CloseActorStream(NamedTuple):
     """Close the actor's stream (the actor is dead, or this process stops)."""
 
@@ -255,6 +265,7 @@ Instruction = (
     | Fail
     | WatchActor
     | ConnectActor
+    | RecheckActor
     | CloseActorStream
     | SendActorCalls
     | CancelActorRemote

@@ -167,7 +167,10 @@ class OwnerState:
                         queue.popleft()
                         out.append(Fail(rec, exc.TaskCancelledError(rec.task_id.hex())))
                         continue
-                    if (lease.inflight or batch) and not self._is_fast(rec):
+                    # A task that must not run twice (max_retries=0) never waits behind
+                    # another: after a broken stream only the first task in flight is
+                    # charged, and those behind it, possibly run already, go again.
+                    if lease.inflight and (not self._is_fast(rec) or rec.retries_left == 0):
                         break
                     queue.popleft()
                     rec.lease = lease

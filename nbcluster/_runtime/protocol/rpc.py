@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol import faults, tls
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 from nbcluster._runtime.protocol.protos import nbcluster_pb2_grpc as pb_grpc
 
@@ -82,65 +82,6 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         if code is None:
             return _validating_handler(handler)
         return _refusing_handler(handler, code)
-
-
-class FaultInjector(grpc.aio.ServerInterceptor):
-    """Testing only: drop requests or replies of unary methods at random.
-
-    Turned on by ``NBCLUSTER_TESTING_RPC_FAILURE="Method=req:reply,..."`` (probabilities;
-    ``*`` matches every method), e.g. ``"RequestWorkerLease=0.3:0.3,CreateActor=0:0.5"``.
-    A dropped request never reaches the servicer; a dropped reply is computed (the side
-    effect happens) and then lost. Both surface as UNAVAILABLE, like a network fault.
-    """
-
-    def __init__(self, spec: str, seed: int | None = None) -> None:
-        import random
-
-        self.rules: dict[str, tuple[float, float]] = {}
-        for part in spec.split(","):
-            if "=" not in part:
-                continue
-            name, _, probs = part.partition("=")
-            req, _, rep = probs.partition(":")
-            self.rules[name.strip()] = (float(req or 0), float(rep or 0))
-        self.random = random.Random(seed)
-        self.injected = 0
-
-    def _rule(self, method: str) -> tuple[float, float] | None:
-        name = method.rsplit("/", 1)[-1]
-        return self.rules.get(name) or self.rules.get("*")
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        rule = self._rule(handler_call_details.method)
-        if (
-            handler is None
-            or rule is None
-            or handler.request_streaming
-            or handler.response_streaming
-        ):
-            return handler
-        inner = handler.unary_unary
-        p_req, p_rep = rule
-        injector = self
-
-        async def faulty(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if injector.random.random() < p_req:
-                injector.injected += 1
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: request dropped")
-            reply = await inner(request, context)
-            if injector.random.random() < p_rep:
-                injector.injected += 1
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: reply dropped")
-            return reply
-
-        return grpc.unary_unary_rpc_method_handler(
-            faulty, handler.request_deserializer, handler.response_serializer
-        )
 
 
 class _Malformed:
@@ -248,12 +189,10 @@ def make_server(token: str, *, max_message_bytes: int = 512 * 2**20) -> grpc.aio
     """A grpc.aio server that enforces the cluster token on every method."""
     if not token:
         raise ValueError("a cluster token is required to start a server")
-    import os
-
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(token)]
-    faults = os.environ.get("NBCLUSTER_TESTING_RPC_FAILURE", "")
-    if faults:
-        interceptors.append(FaultInjector(faults))
+    injector = faults.current()  # testing only: never without NBCLUSTER_TESTING=1
+    if injector is not None:
+        interceptors.append(injector)
     return grpc.aio.server(
         interceptors=interceptors,
         options=[

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import cloudpickle
+import grpc
 
 from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
@@ -31,7 +32,7 @@ from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.channel import ChannelServer
 from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
-from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol import faults, tls
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
@@ -94,6 +95,11 @@ class RunningTask:
         return self.spec.task_id in self._executor.cancelled
 
 
+class StreamFault(ConnectionError):
+    """Testing (F13): the fault injector broke an owner's stream (gRPC answers UNAVAILABLE;
+    a task channel is closed)."""
+
+
 #: The call running in this thread or asyncio task (see :class:`RunningTask`).
 _running: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
     "nbcluster_running_task", default=None
@@ -126,18 +132,37 @@ class WorkerService(CoreWorkerService):
 
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
         lease_hex = dict(context.invocation_metadata() or ()).get("nbc-lease", "")
-        async for batch in self.serve_stream(request_iterator, lease_hex):
-            yield batch
+        try:
+            async for batch in self.serve_stream(request_iterator, lease_hex):
+                yield batch
+        except StreamFault as fault:  # testing (F13): the injector broke the stream
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(fault))
 
     async def serve_stream(self, request_iterator: Any, lease_hex: str) -> Any:
         """One owner's stream of task batches (gRPC's PushTasks or a task channel): run
         them, yield batches of replies and output until the owner hangs up."""
         stream = OwnerStream(asyncio.get_running_loop())
+        injector = faults.current()  # testing only (F13): None in production
 
         async def pump_in() -> None:
             try:
                 async for batch in request_iterator:
-                    for spec in batch.tasks:
+                    tasks = batch.tasks
+                    if injector is not None:  # no faults while a retried task is here
+                        stream.retried.update(
+                            t.task_id for t in tasks if t.attempt and not t.actor_id
+                        )
+                    if (
+                        injector is not None
+                        and tasks
+                        and not stream.retried
+                        and injector.fire("PushTasks", "cut")
+                    ):
+                        for spec in tasks[: injector.pick(len(tasks))]:
+                            self.executor.enqueue(spec, stream)
+                        stream.cut = True  # the rest of the batch is lost; the stream breaks
+                        return
+                    for spec in tasks:
                         self.executor.enqueue(spec, stream)
             finally:
                 stream.open = False
@@ -147,6 +172,8 @@ class WorkerService(CoreWorkerService):
         try:
             while True:
                 reply = await stream.replies.get()
+                if stream.cut:  # testing (F13): the injector cut the stream mid-batch
+                    raise StreamFault("injected fault: stream cut")
                 if reply is None:
                     if not stream.open and stream.replies.empty():
                         break
@@ -162,6 +189,15 @@ class WorkerService(CoreWorkerService):
                     if stream.replies.empty():
                         break
                     item = stream.replies.get_nowait()
+                if stream.cut or (
+                    injector is not None
+                    and replies
+                    and not stream.retried
+                    and injector.fire("PushTasks", "drop")
+                ):
+                    raise StreamFault("injected fault: a batch of replies lost")
+                if stream.retried:
+                    stream.retried.difference_update(r.task_id for r in replies)
                 yield pb.ReplyBatch(replies=replies, logs=logs)
                 if any(r.worker_exiting for r in replies):
                     self.executor.exit_after_reply.set()

@@ -21,6 +21,8 @@ class OwnerStream:
         self.loop = loop
         self.replies: asyncio.Queue[pb.TaskReply | pb.LogRecord | None] = asyncio.Queue()
         self.open = True
+        self.cut = False  # testing (F13): the fault injector broke this stream mid-batch
+        self.retried: set[bytes] = set()  # testing (F13): retried tasks not answered yet
 
     def send_logs(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
         """Queue output records (call on the loop)."""
