@@ -2,7 +2,7 @@
 
 One cluster for the module, started with the fault injector on (``NBCLUSTER_TESTING=1``):
 every worker's ``PushTasks`` stream is cut on every 4th incoming batch (after delivering
-part of it) and loses every 5th batch of replies; half of the ``CreateActor`` replies are
+part of it) and loses every 3rd batch of replies; half of the ``CreateActor`` replies are
 lost. Each test checks that faults fired (the injector's records) and counts executions
 by side effects (one file per execution):
 
@@ -31,7 +31,7 @@ from nbcluster import exceptions as exc
 from nbcluster._runtime.protocol import faults
 from nbcluster.testing import assert_no_processes, poll_for
 
-SPEC = "PushTasks.cut=every4,PushTasks.drop=every5,CreateActor=0:0.5"
+SPEC = "PushTasks.cut=every4,PushTasks.drop=every3,CreateActor=0:0.5"
 
 
 def test_a_stray_fault_variable_is_ignored_outside_tests(monkeypatch, cluster) -> None:
