@@ -65,6 +65,7 @@ class TaskRecord:
         "oom_retries_left",
         "resolved",
         "generator",
+        "lineage",
     )
 
     def __init__(self) -> None:
@@ -80,6 +81,7 @@ class TaskRecord:
         self.oom_retries_left: int | None = None  # separate budget for memory-monitor kills
         self.resolved = False  # arguments ready (actor calls wait in order until then)
         self.generator: Any = None  # generator tasks: their stream (core/generators.py)
+        self.lineage: dict[bytes, TaskRecord] | None = None  # makers of its task-made args
 
 
 class KeyQueue:
@@ -203,6 +205,12 @@ class Submitter:
         pending = 0
         for oid in rec.dep_ids:
             entry = table.get(oid)
+            if entry is None and rec.lineage:  # rebuilding rec: a freed argument is made again
+                entry = self._rebuild_freed(rec, oid, touched)
+            if entry is not None and entry.owned and _rebuildable(entry.task):
+                if rec.lineage is None:  # pin the lineage of arguments that can be rebuilt
+                    rec.lineage = {}
+                rec.lineage[oid] = entry.task
             if entry is None or entry.state == READY:
                 continue
             pending += 1
@@ -253,13 +261,11 @@ class Submitter:
         for oid in rec.dep_ids:
             entry = table.get(oid)
             if entry is None:
-                self._fail(
-                    rec,
-                    exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran"),
-                )
+                freed = exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran")
+                self._fail(rec, _lost_argument(rec, freed))
                 return
             if entry.exc is not None:
-                self._fail(rec, entry.exc)
+                self._fail(rec, _lost_argument(rec, entry.exc))
                 return
             if entry.is_error:
                 self._fail_with_data(rec, entry.data, entry)
@@ -603,12 +609,18 @@ class Submitter:
     async def _after_crash(self, lease: Lease, recs: list[TaskRecord]) -> None:
         """Retry or fail the tasks a dead worker was running, knowing why it died."""
         detail = f"worker (pid {lease.worker_pid}) died"
-        with contextlib.suppress(RpcError):
-            info = await self.client.node(lease.node_address).GetWorkerExitInfo(
-                pb.WorkerRef(worker_id=lease.worker_id), timeout=5
-            )
-            if info.found and info.detail:
-                detail = info.detail
+        node_dead = lease.node_id in self.dead_nodes
+        try:
+            if not node_dead:
+                info = await self.client.node(lease.node_address).GetWorkerExitInfo(
+                    pb.WorkerRef(worker_id=lease.worker_id), timeout=5
+                )
+                if info.found and info.detail:
+                    detail = info.detail
+        except RpcError:
+            node_dead = True  # its node cannot say why: it died (Ray's NODE_DIED)
+        if node_dead:
+            detail = f"node {lease.node_address} died or cannot be reached"
         oom = "memory monitor" in detail
         retry = []
         running = recs[0] if recs else None  # a worker runs its tasks in the order sent
@@ -644,6 +656,19 @@ class Submitter:
                 rec.retries_left -= 1
                 rec.spec.attempt += 1
                 retry.append(rec)
+                continue
+            if node_dead:
+                self._fail(
+                    rec,
+                    exc.NodeDiedError(
+                        f"task {rec.name} failed: the node {lease.node_id.hex()} "
+                        f"({lease.node_address}) where it was running died or cannot be reached "
+                        f"(attempts: {rec.spec.attempt + 1}). Raise max_retries to retry it on "
+                        "another node; the node's logs tell why it died.",
+                        node_id=lease.node_id.hex(),
+                        address=lease.node_address,
+                    ),
+                )
                 continue
             self._fail(
                 rec,
@@ -881,18 +906,47 @@ class Submitter:
             table.wake(entry)
         touched: set[Any] = set()
         for rec in resubmit.values():
-            # Lineage reconstruction: run the producing task again.
-            rec.retries_left -= 1
-            rec.spec.attempt += 1
-            rec.done = False
-            rec.lease = None
-            if rec.generator is not None:
-                rec.generator.reopen()  # a generator task: its items are reported again
-            self.tasks[rec.task_id] = rec
-            table.add_submitted(rec.dep_ids + rec.nested_ids)
-            self._resolve_deps(rec, touched)
+            self._rerun(rec, touched)
         for key in touched:
             self._pump(self.keys[key])
+
+    def _rerun(self, rec: TaskRecord, touched: set[Any]) -> None:
+        """Lineage reconstruction: run the task that made lost objects again (one retry)."""
+        rec.retries_left -= 1
+        rec.spec.attempt += 1
+        rec.done = False
+        rec.lease = None
+        if rec.generator is not None:
+            rec.generator.reopen()  # a generator task: its items are reported again
+        self.tasks[rec.task_id] = rec
+        self.client.table.add_submitted(rec.dep_ids + rec.nested_ids)
+        self._resolve_deps(rec, touched)
+
+    def _rebuild_freed(self, rec: TaskRecord, oid: bytes, touched: set[Any]) -> Entry | None:
+        """``rec`` runs again, but its argument ``oid`` was freed after it first ran: make
+        the argument again from its pinned lineage (recursively, as deep as needed). The
+        new entry is held by ``rec`` until it finishes. None if its lineage is unknown."""
+        assert rec.lineage is not None
+        maker = rec.lineage.get(oid)
+        if maker is None:
+            return None
+        table = self.client.table
+        entry = table.create_owned(oid, task=maker)
+        with table.lock:
+            entry.submitted += 1
+            if maker.done and (maker.retries_left == 0 or maker.cancelled):
+                entry.set_ready(
+                    exc=exc.ObjectReconstructionFailedMaxAttemptsExceededError(
+                        oid.hex(),
+                        f"{rec.name} needs it again after it was freed, and the task that "
+                        f"made it ({maker.name}) has no retries left (raise max_retries to "
+                        "allow reconstruction)",
+                    )
+                )
+                return entry
+        if maker.done:  # (not done: it is running again already and fills this entry too)
+            self._rerun(maker, touched)
+        return entry
 
     def running(self) -> bool:
         """True while a task of this process runs (or is sent) on a leased worker."""
@@ -912,6 +966,26 @@ class Submitter:
 
 
 LOCALITY_MIN_BYTES = 1 << 20
+
+
+def _rebuildable(maker: Any) -> bool:
+    """A task whose outputs lineage reconstruction can make again (a plain task, retries left)."""
+    return (
+        isinstance(maker, TaskRecord)
+        and not maker.actor
+        and maker.generator is None
+        and maker.retries_left != 0
+    )
+
+
+def _lost_argument(rec: TaskRecord, error: BaseException) -> BaseException:
+    """The error of a task whose argument cannot be read. As in Ray, a lost argument
+    (``ObjectLostError`` or a subclass) fails the task with a ``TaskError`` whose ``cause``
+    is the loss; other errors (a cancelled or failed upstream task) pass on unchanged."""
+    if not isinstance(error, exc.ObjectLostError):
+        return error
+    text = f"an argument of {rec.name} cannot be read:\n{type(error).__name__}: {error}"
+    return exc.TaskError(rec.name, text, error, task_id=rec.task_id.hex())
 
 
 def _locality(spec: pb.TaskSpec, local: str) -> str:
