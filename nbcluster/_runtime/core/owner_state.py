@@ -383,10 +383,14 @@ class OwnerState:
         self._pump(lease.kq, out)
         return out
 
-    def crash_explained(self, lease: Lease, recs: Sequence[TaskRecord], detail: str) -> Out:
+    def crash_explained(
+        self, lease: Lease, recs: Sequence[TaskRecord], detail: str, node_dead: bool = False
+    ) -> Out:
         """Why the worker under ``recs`` died (``detail``, from its node): the task it was
         running is charged a retry (a memory-monitor kill from its own budget); the tasks
-        queued behind it go back in front, uncharged."""
+        queued behind it go back in front, uncharged. Out of retries, it fails with
+        ``NodeDiedError`` when ``node_dead`` (its node died or could not say why), else with
+        ``WorkerCrashedError``."""
         out: Out = []
         oom = "memory monitor" in detail
         retry: list[TaskRecord] = []
@@ -425,6 +429,21 @@ class OwnerState:
                 rec.retries_left -= 1
                 rec.spec.attempt += 1
                 retry.append(rec)
+                continue
+            if node_dead:  # its node died or cannot say why (Ray's NODE_DIED)
+                out.append(
+                    Fail(
+                        rec,
+                        exc.NodeDiedError(
+                            f"task {rec.name} failed: the node {lease.node_id.hex()} "
+                            f"({lease.node_address}) where it was running died or cannot be "
+                            f"reached (attempts: {rec.spec.attempt + 1}). Raise max_retries to "
+                            "retry it on another node; the node's logs tell why it died.",
+                            node_id=lease.node_id.hex(),
+                            address=lease.node_address,
+                        ),
+                    )
+                )
                 continue
             out.append(
                 Fail(

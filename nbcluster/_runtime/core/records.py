@@ -41,6 +41,7 @@ class TaskRecord:
         "oom_retries_left",
         "resolved",
         "generator",
+        "lineage",
     )
 
     def __init__(self) -> None:
@@ -56,6 +57,7 @@ class TaskRecord:
         self.oom_retries_left: int | None = None  # separate budget for memory-monitor kills
         self.resolved = False  # arguments ready (actor calls wait in order until then)
         self.generator: Any = None  # generator tasks: their stream (core/generators.py)
+        self.lineage: dict[bytes, TaskRecord] | None = None  # makers of its task-made args
 
 
 class KeyQueue:

@@ -365,13 +365,19 @@ class Submitter:
 
     async def _ask_exit_info(self, lease: Lease, recs: list[TaskRecord]) -> None:
         detail = f"worker (pid {lease.worker_pid}) died"
-        with contextlib.suppress(RpcError):
-            info = await self.client.node(lease.node_address).GetWorkerExitInfo(
-                pb.WorkerRef(worker_id=lease.worker_id), timeout=5
-            )
-            if info.found and info.detail:
-                detail = info.detail
-        self._do(self.state.crash_explained(lease, recs, detail))
+        node_dead = lease.node_id in self.dead_nodes
+        try:
+            if not node_dead:
+                info = await self.client.node(lease.node_address).GetWorkerExitInfo(
+                    pb.WorkerRef(worker_id=lease.worker_id), timeout=5
+                )
+                if info.found and info.detail:
+                    detail = info.detail
+        except RpcError:
+            node_dead = True  # its node cannot say why: it died (Ray's NODE_DIED)
+        if node_dead:
+            detail = f"node {lease.node_address} died or cannot be reached"
+        self._do(self.state.crash_explained(lease, recs, detail, node_dead))
 
     def _do_record_crashed_attempt(self, i: ins.RecordCrashedAttempt) -> None:
         # issue 17: the dead worker never reports this attempt; its owner does
@@ -430,6 +436,12 @@ class Submitter:
         pending = 0
         for oid in rec.dep_ids:
             entry = table.get(oid)
+            if entry is None and rec.lineage:  # rebuilding rec: a freed argument is made again
+                entry = self._rebuild_freed(rec, oid, ready)
+            if entry is not None and entry.owned and _rebuildable(entry.task):
+                if rec.lineage is None:  # pin the lineage of arguments that can be rebuilt
+                    rec.lineage = {}
+                rec.lineage[oid] = entry.task
             if entry is None or entry.state == READY:
                 continue
             pending += 1
@@ -481,13 +493,11 @@ class Submitter:
         for oid in rec.dep_ids:
             entry = table.get(oid)
             if entry is None:
-                self._fail(
-                    rec,
-                    exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran"),
-                )
+                freed = exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran")
+                self._fail(rec, _lost_argument(rec, freed))
                 return
             if entry.exc is not None:
-                self._fail(rec, entry.exc)
+                self._fail(rec, _lost_argument(rec, entry.exc))
                 return
             if entry.is_error:
                 self._fail_with_data(rec, entry.data, entry)
@@ -663,14 +673,43 @@ class Submitter:
             table.wake(entry)
         ready: list[TaskRecord] = []
         for rec in resubmit.values():
-            # Lineage reconstruction: run the producing task again.
-            self.state.reopen(rec)
-            if rec.generator is not None:
-                rec.generator.reopen()  # a generator task: its items are reported again
-            table.add_submitted(rec.dep_ids + rec.nested_ids)
-            self._resolve_deps(rec, ready)
+            self._rerun(rec, ready)
         if ready:
             self._do(self.state.ready(ready))
+
+    def _rerun(self, rec: TaskRecord, ready: list[TaskRecord]) -> None:
+        """Lineage reconstruction: run the task that made lost objects again (one retry)."""
+        self.state.reopen(rec)
+        if rec.generator is not None:
+            rec.generator.reopen()  # a generator task: its items are reported again
+        self.client.table.add_submitted(rec.dep_ids + rec.nested_ids)
+        self._resolve_deps(rec, ready)
+
+    def _rebuild_freed(self, rec: TaskRecord, oid: bytes, ready: list[TaskRecord]) -> Entry | None:
+        """``rec`` runs again, but its argument ``oid`` was freed after it first ran: make
+        the argument again from its pinned lineage (recursively, as deep as needed). The
+        new entry is held by ``rec`` until it finishes. None if its lineage is unknown."""
+        assert rec.lineage is not None
+        maker = rec.lineage.get(oid)
+        if maker is None:
+            return None
+        table = self.client.table
+        entry = table.create_owned(oid, task=maker)
+        with table.lock:
+            entry.submitted += 1
+            if maker.done and (maker.retries_left == 0 or maker.cancelled):
+                entry.set_ready(
+                    exc=exc.ObjectReconstructionFailedMaxAttemptsExceededError(
+                        oid.hex(),
+                        f"{rec.name} needs it again after it was freed, and the task that "
+                        f"made it ({maker.name}) has no retries left (raise max_retries to "
+                        "allow reconstruction)",
+                    )
+                )
+                return entry
+        if maker.done:  # (not done: it is running again already and fills this entry too)
+            self._rerun(maker, ready)
+        return entry
 
     def running(self) -> bool:
         """True while a task of this process runs (or is sent) on a leased worker."""
@@ -679,6 +718,26 @@ class Submitter:
     def shutdown(self) -> None:
         """Stop: return leases, fail nothing (the process is going away)."""
         self._do(self.state.close())
+
+
+def _rebuildable(maker: Any) -> bool:
+    """A task whose outputs lineage reconstruction can make again (a plain task, retries left)."""
+    return (
+        isinstance(maker, TaskRecord)
+        and not maker.actor
+        and maker.generator is None
+        and maker.retries_left != 0
+    )
+
+
+def _lost_argument(rec: TaskRecord, error: BaseException) -> BaseException:
+    """The error of a task whose argument cannot be read. As in Ray, a lost argument
+    (``ObjectLostError`` or a subclass) fails the task with a ``TaskError`` whose ``cause``
+    is the loss; other errors (a cancelled or failed upstream task) pass on unchanged."""
+    if not isinstance(error, exc.ObjectLostError):
+        return error
+    text = f"an argument of {rec.name} cannot be read:\n{type(error).__name__}: {error}"
+    return exc.TaskError(rec.name, text, error, task_id=rec.task_id.hex())
 
 
 LOCALITY_MIN_BYTES = 1 << 20
