@@ -98,9 +98,10 @@ _BUFFERS: weakref.WeakKeyDictionary[Any, _Buffer] = weakref.WeakKeyDictionary()
 
 
 def record_crashed_attempt(
-    client: Any, spec: pb.TaskSpec, name: str, detail: str, oom: bool
+    client: Any, spec: pb.TaskSpec, name: str, detail: str, oom: bool, attempt: int | None = None
 ) -> None:
-    """The worker running attempt ``spec.attempt`` of a task died: record it as FAILED.
+    """The worker running attempt ``attempt`` (default ``spec.attempt``) of a task died:
+    record it as FAILED.
 
     Call on the owner's I/O loop (the submitter does, once it knows why the worker died).
     """
@@ -111,7 +112,7 @@ def record_crashed_attempt(
         state="FAILED",
         end_time=time.time(),
         parent_task_id=spec.parent_task_id,
-        attempt=spec.attempt,
+        attempt=spec.attempt if attempt is None else attempt,
         actor_id=spec.actor_id,
         error_type="OUT_OF_MEMORY" if oom else "WORKER_DIED",
         error_message=detail[:_MAX_MESSAGE],

@@ -406,7 +406,8 @@ def test_the_crashed_task_is_charged_a_retry_and_those_behind_it_are_not() -> No
     lease, recs = _crash(st, 3)
     st.stream_broken(lease)
     out = st.crash_explained(lease, recs, "worker (pid 5) died: SIGKILL")
-    assert out[0] == ins.RecordCrashedAttempt(recs[0], "worker (pid 5) died: SIGKILL", False)
+    # The attempt that died is recorded as it was, though the record is retried at once.
+    assert out[0] == ins.RecordCrashedAttempt(recs[0], "worker (pid 5) died: SIGKILL", False, 0)
     assert [r.retries_left for r in recs] == [2, 3, 3]
     assert [r.spec.attempt for r in recs] == [1, 0, 0]
     assert list(st.keys[recs[0].key].queue) == recs  # in order, in front
@@ -431,7 +432,7 @@ def test_memory_monitor_kills_use_their_own_budget() -> None:
     st.stream_broken(lease)
     detail = "worker killed by the memory monitor"
     out = st.crash_explained(lease, [rec], detail)
-    assert out[0] == ins.RecordCrashedAttempt(rec, detail, True)
+    assert out[0] == ins.RecordCrashedAttempt(rec, detail, True, 0)
     assert _of(out, ins.Fail) == [] and rec.oom_retries_left == 0 and rec.retries_left == 0
     lease2 = _of(out, ins.RequestLease)[0]
     out = st.lease_reply(lease2.kq, lease2.request_id, LOCAL, True, _grant(2))

@@ -150,6 +150,7 @@ class RecordCrashedAttempt(NamedTuple):
     record: TaskRecord
     detail: str
     oom: bool
+    attempt: int  # the attempt that died (the record may be retried before this is done)
 
 
 class CancelRunning(NamedTuple):

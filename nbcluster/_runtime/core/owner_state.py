@@ -396,7 +396,7 @@ class OwnerState:
         retry: list[TaskRecord] = []
         running = recs[0] if recs else None  # a worker runs its tasks in the order sent
         if running is not None and not running.done and not running.cancelled:
-            out.append(RecordCrashedAttempt(running, detail, oom))
+            out.append(RecordCrashedAttempt(running, detail, oom, running.spec.attempt))
         for rec in recs:
             if rec.done:
                 continue

@@ -381,7 +381,9 @@ class Submitter:
 
     def _do_record_crashed_attempt(self, i: ins.RecordCrashedAttempt) -> None:
         # issue 17: the dead worker never reports this attempt; its owner does
-        record_crashed_attempt(self.client, i.record.spec, i.record.name, i.detail, i.oom)
+        record_crashed_attempt(
+            self.client, i.record.spec, i.record.name, i.detail, i.oom, i.attempt
+        )
 
     def _do_cancel_running(self, i: ins.CancelRunning) -> None:
         self.client.loop.create_task(self._cancel_remote(i.lease, i.task_id, i.force))
