@@ -715,7 +715,14 @@ class HeadLink:
                     await self.register()
                 continue
             view = [
-                NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive)
+                NodeView(
+                    n.node_id,
+                    n.address,
+                    dict(n.total),
+                    dict(n.available),
+                    n.alive,
+                    n.last_heartbeat,
+                )
                 for n in reply.nodes
             ]
             instructions = st.update_cluster_view(view)
