@@ -726,9 +726,11 @@ class HeadLink:
                 for n in reply.nodes
             ]
             instructions = st.update_cluster_view(view)
-            self.service.apply(instructions)
-            if not instructions:
-                service.changed.clear()  # a new view alone is nothing to report
+            if instructions:  # a new view alone is nothing to report
+                self.service.apply(instructions)
+            # ``changed`` is not cleared here: a lease granted while the heartbeat was in
+            # flight set it, and clearing it hid that change from the head until the next
+            # keep-alive (the head then offered other nodes' spills a CPU already taken).
 
     async def unregister(self, reason: str = "node stopped") -> None:
         with contextlib.suppress(RpcError):
