@@ -860,14 +860,11 @@ def _many_actors_become_ready_and_free_everything(session: str, n: int, timeout:
     )
 
 
-def test_200_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_cluster):
-    _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 200, 180)
-
-
-@pytest.mark.stress
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(900)
 def test_1000_zero_cpu_actors_on_2_cpus_become_ready_and_free_everything(shared_cluster):
-    _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 1000, 900)
+    # L06 at its full size, in the suite (about 30-60 s on 2 loaded cores; the deadlines
+    # are hang guards, not timing asserts).
+    _many_actors_become_ready_and_free_everything(shared_cluster.session_dir, 1000, 600)
 
 
 # ============================================================ 3. driver lifetime (subprocesses)

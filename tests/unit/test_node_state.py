@@ -578,6 +578,75 @@ def test_allow_spill_false_request_is_never_spilled_later() -> None:
     assert list(ns.pending) == [b"b"]
 
 
+def reported(node_id: bytes, cpus_free: float, stamp: float) -> NodeView:
+    """A 2-CPU node as the head's view shows it: its last report and when that came in."""
+    return NodeView(
+        node_id, f"{node_id.decode()}:7000", {"CPU": 2}, {"CPU": cpus_free}, True, stamp
+    )
+
+
+def spilled_to(out: Sequence[Instruction]) -> list[str]:
+    return [i.address for i in out if isinstance(i, Redirect) and i.status == "SPILLBACK"]
+
+
+def test_a_view_older_than_our_spills_does_not_undo_their_charges() -> None:
+    # The L01 finding (issue 12 item 6): six 1-CPU barrier tasks on three 2-CPU nodes.
+    # The driver's node granted 2 and spilled 3; a heartbeat reply then brought the head's
+    # view, in which neither target had reported its new leases yet. The charges were
+    # dropped, the 6th request went to the node already holding 2 of our spills, and it
+    # waited there (spilled requests do not spill again) while another node had a free CPU.
+    ns = warm_node({"CPU": 2}, prestart=2)
+    ns.update_cluster_view([reported(b"n2", 2, 1.0), reported(b"n3", 2, 1.0)])
+    only_grant(ask(ns, b"a", CPU=1))
+    only_grant(ask(ns, b"b", CPU=1))
+    assert spilled_to(ask(ns, b"c", CPU=1)) == ["n2:7000"]
+    assert spilled_to(ask(ns, b"d", CPU=1)) == ["n3:7000"]
+    assert spilled_to(ask(ns, b"e", CPU=1)) == ["n2:7000"]  # n2 is now full for us
+    # The head's view, unchanged since before the spills: it cannot show them yet.
+    assert ns.update_cluster_view([reported(b"n2", 2, 1.0), reported(b"n3", 2, 1.0)]) == []
+    assert [n.available["CPU"] for n in ns.others] == [0.0, 1.0]
+    assert spilled_to(ask(ns, b"f", CPU=1)) == ["n3:7000"]  # not onto full n2
+    # n2 reports one of its two leases (the report left before the second arrived): the
+    # other spill stays counted. n3 has not reported: both spills there stay counted.
+    assert ns.update_cluster_view([reported(b"n2", 1, 2.0), reported(b"n3", 2, 1.0)]) == []
+    assert [n.available["CPU"] for n in ns.others] == [0.0, 0.0]
+    assert ask(ns, b"g", CPU=1) == []  # no room anywhere: it waits here
+    assert list(ns.pending) == [b"g"]
+    # Reports that show every lease: nothing is counted twice.
+    assert ns.update_cluster_view([reported(b"n2", 0, 3.0), reported(b"n3", 0, 2.0)]) == []
+    assert ns.spills == []
+    assert [n.available["CPU"] for n in ns.others] == [0.0, 0.0]
+    # A CPU frees up on n3: the waiting request goes there.
+    out = ns.update_cluster_view([reported(b"n2", 0, 3.0), reported(b"n3", 1, 4.0)])
+    assert spilled_to(out) == ["n3:7000"] and ns.pending == {}
+
+
+def test_a_spill_charge_ends_with_the_second_newer_report_or_the_node() -> None:
+    ns = warm_node({"CPU": 1}, prestart=1)
+    ns.update_cluster_view([reported(b"n2", 2, 1.0), reported(b"n3", 2, 1.0)])
+    only_grant(ask(ns, b"a", CPU=1))
+    assert spilled_to(ask(ns, b"b", CPU=1)) == ["n2:7000"]
+    assert spilled_to(ask(ns, b"c", CPU=1)) == ["n3:7000"]
+    # Newer reports that do not show the leases (other work ended there meanwhile, or the
+    # request never arrived): counted until a second newer report.
+    ns.update_cluster_view([reported(b"n2", 2, 2.0), reported(b"n3", 2, 2.0)])
+    assert [n.available["CPU"] for n in ns.others] == [1.0, 1.0]
+    ns.update_cluster_view([reported(b"n2", 2, 3.0)])  # n3 left the cluster
+    assert ns.spills == []
+    assert [(n.node_id, n.available["CPU"]) for n in ns.others] == [(b"n2", 2.0)]
+
+
+def test_without_report_stamps_every_view_is_newer() -> None:
+    ns = warm_node({"CPU": 1}, prestart=1)
+    ns.update_cluster_view([other(b"n2", {"CPU": 2}, {"CPU": 2})])
+    only_grant(ask(ns, b"a", CPU=1))
+    assert spilled_to(ask(ns, b"b", CPU=1)) == ["n2:7000"]
+    ns.update_cluster_view([other(b"n2", {"CPU": 2}, {"CPU": 2})])
+    assert ns.others[0].available["CPU"] == 1.0  # one newer view that does not show it
+    ns.update_cluster_view([other(b"n2", {"CPU": 2}, {"CPU": 2})])
+    assert ns.others[0].available["CPU"] == 2.0 and ns.spills == []
+
+
 # --------------------------------------------------------------------------- cancel
 
 

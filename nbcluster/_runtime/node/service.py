@@ -715,13 +715,22 @@ class HeadLink:
                     await self.register()
                 continue
             view = [
-                NodeView(n.node_id, n.address, dict(n.total), dict(n.available), n.alive)
+                NodeView(
+                    n.node_id,
+                    n.address,
+                    dict(n.total),
+                    dict(n.available),
+                    n.alive,
+                    n.last_heartbeat,
+                )
                 for n in reply.nodes
             ]
             instructions = st.update_cluster_view(view)
-            self.service.apply(instructions)
-            if not instructions:
-                service.changed.clear()  # a new view alone is nothing to report
+            if instructions:  # a new view alone is nothing to report
+                self.service.apply(instructions)
+            # ``changed`` is not cleared here: a lease granted while the heartbeat was in
+            # flight set it, and clearing it hid that change from the head until the next
+            # keep-alive (the head then offered other nodes' spills a CPU already taken).
 
     async def unregister(self, reason: str = "node stopped") -> None:
         with contextlib.suppress(RpcError):

@@ -72,6 +72,19 @@ class PendingLease:
     env: str = ""
 
 
+@dataclasses.dataclass
+class SpillCharge:
+    """A request this node spilled to another node, counted against our view of that node
+    until a report from it shows the lease (see :meth:`NodeState.update_cluster_view`)."""
+
+    node_id: bytes
+    request: dict[str, float]
+    stamp: float  # the target's report our view held when we spilled
+    base: dict[str, float]  # what that report said was available
+    seen: float = 0.0  # the newest report stamp looked at since
+    newer: int = 0  # how many newer reports of the target came in since
+
+
 # -- instructions -------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Grant:
@@ -139,7 +152,9 @@ class NodeState:
         self.idle: collections.deque[bytes] = collections.deque()
         self.leases: dict[bytes, Lease] = {}
         self.pending: dict[bytes, PendingLease] = {}
-        self.others: list[NodeView] = []
+        self.others: list[NodeView] = []  # the head's view of the other nodes, less spills
+        self.reported: dict[bytes, NodeView] = {}  # that view as the head sent it
+        self.spills: list[SpillCharge] = []  # spills the head's view may not show yet
         self.bundles: dict[tuple[bytes, int], tuple[dict[str, float], bool]] = {}
 
     # -- views ------------------------------------------------------------------------------
@@ -148,9 +163,52 @@ class NodeState:
         return NodeView(self.node_id, self.address, self.total, self.available)
 
     def update_cluster_view(self, nodes: Sequence[NodeView]) -> list[Instruction]:
-        """New view of the other nodes (from the head's heartbeat reply)."""
-        self.others = [n for n in nodes if n.node_id != self.node_id]
+        """New view of the other nodes (from the head's heartbeat reply).
+
+        The view is only as new as each node's last report to the head, so it may not show
+        the leases our own recent spills took there yet: each spill stays counted against
+        its target until a newer report of the target shows it was taken (its free
+        resources dropped by at least the spilled amounts since the report we spilled on)
+        or a second newer report came in (a target reports at most once per heartbeat
+        interval, so that one was sent after the lease). Without this a view older than
+        our spills undid their charges, and the next request was spilled onto a node that
+        our earlier spills had already filled, where it waited although another had room.
+        """
+        fresh = [n for n in nodes if n.node_id != self.node_id]
+        self.reported = {n.node_id: n for n in fresh}
+        kept: list[SpillCharge] = []
+        taken: dict[tuple[bytes, float], dict[str, float]] = {}  # per target and base report
+        for spill in self.spills:
+            node = self.reported.get(spill.node_id)
+            if node is None or not node.alive:
+                continue  # gone from the view: nothing to count against
+            if node.stamp != spill.seen or not node.stamp:
+                spill.seen, spill.newer = node.stamp, spill.newer + 1
+            group = taken.setdefault((spill.node_id, spill.stamp), {})
+            for k, v in spill.request.items():
+                group[k] = group.get(k, 0.0) + v
+            if spill.newer >= 2:
+                continue
+            if spill.newer == 1 and all(
+                node.available.get(k, 0.0) <= spill.base.get(k, 0.0) - v + EPS
+                for k, v in group.items()
+            ):
+                continue  # the report shows this spill (and the earlier ones on its base)
+            kept.append(spill)
+        self.spills = kept
+        self.others = [self._less_spills(n) for n in fresh]
         return self._dispatch()
+
+    def _less_spills(self, node: NodeView) -> NodeView:
+        """``node`` as reported, less the spills to it that its report may not show yet."""
+        charges = [s for s in self.spills if s.node_id == node.node_id]
+        if not charges:
+            return node
+        avail = dict(node.available)
+        for spill in charges:
+            for k, v in spill.request.items():
+                avail[k] = avail.get(k, 0.0) - v
+        return dataclasses.replace(node, available=avail)
 
     def starting_count(self) -> int:
         return sum(1 for w in self.workers.values() if w.state is WorkerState.STARTING)
@@ -430,14 +488,23 @@ class NodeState:
 
     def _charge(self, node: NodeView, request: Mapping[str, float]) -> None:
         """Count a spilled request against our (heartbeat-old) view of that node, so a
-        burst of spills is shared among the free nodes instead of piling onto one."""
+        burst of spills is shared among the free nodes instead of piling onto one; it
+        stays counted across view updates until a report of that node shows it."""
         for i, other in enumerate(self.others):
             if other.node_id == node.node_id:
                 avail = dict(other.available)
                 for k, v in request.items():
                     avail[k] = avail.get(k, 0.0) - v
-                self.others[i] = NodeView(
-                    other.node_id, other.address, other.total, avail, other.alive
+                self.others[i] = dataclasses.replace(other, available=avail)
+                report = self.reported.get(other.node_id, other)
+                self.spills.append(
+                    SpillCharge(
+                        other.node_id,
+                        dict(request),
+                        report.stamp,
+                        dict(report.available),
+                        seen=report.stamp,
+                    )
                 )
                 return
 
@@ -495,9 +562,7 @@ class NodeState:
         starting = self.starting_count()
         for env, need in need_workers.items():
             have = sum(
-                1
-                for w in self.workers.values()
-                if w.state is WorkerState.STARTING and w.env == env
+                1 for w in self.workers.values() if w.state is WorkerState.STARTING and w.env == env
             )
             while need > have and starting < self.max_starting:
                 out += self._evict_for(env)

@@ -25,6 +25,9 @@ class NodeView:
     total: Mapping[str, float]
     available: Mapping[str, float]
     alive: bool = True
+    #: When the head received the report this view comes from (the head's clock; 0 when
+    #: unknown). Only compared for equality: a new stamp means a newer report.
+    stamp: float = 0.0
 
 
 class Action(enum.Enum):

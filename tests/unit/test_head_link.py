@@ -1,0 +1,78 @@
+"""HeadLink, the node's heartbeat loop, against a fake head (no sockets, no processes).
+
+A change made while a heartbeat is in flight (a lease granted during the RPC) must be
+reported at the next interval, not held back until the keep-alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from typing import Any
+
+from nbcluster._runtime.node.service import HeadLink
+from nbcluster._runtime.protocol.rpc import pb
+
+
+class FakeState:
+    """The parts of NodeState the heartbeat reads."""
+
+    def __init__(self) -> None:
+        self.node_id = b"n" * 16
+        self.available = {"CPU": 2.0}
+        self.total = {"CPU": 2.0}
+        self.pending: dict[bytes, Any] = {}
+        self.workers: dict[bytes, Any] = {}
+        self.leases: dict[bytes, Any] = {}
+
+    def update_cluster_view(self, nodes: Any) -> list[Any]:
+        return []
+
+
+class FakeService:
+    def __init__(self) -> None:
+        self.state = FakeState()
+        stats = types.SimpleNamespace(used=0, spilled_bytes=0)
+        self.objects = types.SimpleNamespace(store=types.SimpleNamespace(stats=lambda: stats))
+        self.changed = asyncio.Event()
+
+    def apply(self, instructions: list[Any]) -> None:
+        self.changed.set()
+
+
+class FakeHead:
+    """Answers heartbeats; during the first one the node grants a lease."""
+
+    def __init__(self, service: FakeService) -> None:
+        self.service = service
+        self.reports: list[dict[str, float]] = []
+        self.second = asyncio.Event()
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, timeout: float) -> Any:
+        self.reports.append(dict(request.available))
+        if len(self.reports) == 1:  # a lease is granted while this call is in flight
+            self.service.state.available = {"CPU": 1.0}
+            self.service.changed.set()
+            await asyncio.sleep(0)
+        else:
+            self.second.set()
+        return pb.HeartbeatReply()
+
+
+def test_a_change_during_a_heartbeat_is_reported_without_waiting_for_the_keepalive() -> None:
+    async def scenario() -> list[dict[str, float]]:
+        service = FakeService()
+        head = FakeHead(service)
+        link = object.__new__(HeadLink)
+        link.service, link.stub = service, head  # type: ignore[assignment]
+        link.interval, link.keepalive = 0.01, 3600.0
+        service.changed.set()  # something to report at start
+        task = asyncio.create_task(link.run())
+        try:
+            await asyncio.wait_for(head.second.wait(), timeout=30)  # hang guard only
+        finally:
+            task.cancel()
+        return head.reports
+
+    reports = asyncio.run(scenario())
+    assert reports[:2] == [{"CPU": 2.0}, {"CPU": 1.0}]
