@@ -28,11 +28,10 @@ from nbcluster._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from nbcluster._named import get_named, put
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
+from nbcluster._runtime.version import __version__
 from nbcluster._timeline import timeline  # noqa: E402, I001
 from nbcluster.cluster import LocalCluster
-
-__version__ = "0.1.0"
-
+from nbcluster.jupyter import display as _display  # noqa: F401 - installs the rich reprs
 
 #: Libraries imported on first attribute access (``nbcluster.data``, ...), so that
 #: ``import nbcluster`` never imports pyarrow, torch, optuna or starlette.

@@ -221,32 +221,8 @@ def _autoscaler_summary(channel: Any, md: Any, timeout: float) -> dict[str, Any]
 
 def actor_info(handle: Any) -> dict[str, Any] | None:
     """State, node, pid and restarts of an actor (None when the head does not know it)."""
-    client = context.current_client()
-    if client is None or getattr(client, "mode", "") == "client":
-        return None
-    try:
-        info = client.run(
-            lambda: client.head_once().WaitActor(
-                pb.WaitActorRequest(
-                    actor_id=handle._actor_id, after_version=1 << 62, timeout=0.001
-                ),
-                timeout=5,
-            ),
-            timeout=6,
-        )
-    except Exception:  # noqa: BLE001 - a repr must not raise
-        return None
-    states = {0: "PENDING", 1: "ALIVE", 2: "RESTARTING", 3: "DEAD"}
-    return {
-        "class_name": info.class_name,
-        "state": states.get(info.state, str(info.state)),
-        "node_id": info.node_id.hex(),
-        "pid": info.worker_pid,
-        "restarts": info.num_restarts,
-        "max_restarts": info.max_restarts,
-        "name": info.name,
-        "death_cause": info.death_cause,
-    }
+    driver = context.current_driver()
+    return None if driver is None else driver.actor_state(handle._actor_id)
 
 
 def local_cluster() -> Any:

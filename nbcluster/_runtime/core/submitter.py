@@ -21,7 +21,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry
 from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.protocol.errors import RpcError

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.head.jobs import JobManager, details
 from nbcluster._runtime.head.packages import PackageStore, UploadRejected
 from nbcluster._runtime.head.state import HeadState
@@ -29,7 +30,6 @@ from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
 from nbcluster._runtime.runtime_env import spec
 from nbcluster._runtime.runtime_env.settings import RuntimeEnvSettings
-from nbcluster.config import Config
 
 __all__ = ["JobServicer"]
 

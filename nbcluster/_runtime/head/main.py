@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.head.autoscaling import AutoscalingService
 from nbcluster._runtime.head.job_service import make_job_service
 from nbcluster._runtime.head.relay import ClientRelay
@@ -22,7 +23,6 @@ from nbcluster._runtime.head.task_state_service import TaskStateService
 from nbcluster._runtime.protocol.protos import health_pb2_grpc as hpb_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
-from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.head")
 

@@ -25,6 +25,7 @@ from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
+from nbcluster._runtime.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -540,7 +541,7 @@ class HeadService(pb_grpc.HeadServicer):
             session_name=self.session_name,
             session_dir=self.session_dir,
             start_time=self.start_time,
-            version=_version(),
+            version=__version__,
             nodes=[node_info(n) for n in self.state.live_nodes()],
         )
 
@@ -563,9 +564,3 @@ class HeadService(pb_grpc.HeadServicer):
                 await channel.close()
 
         await asyncio.gather(*(stop(n.address) for n in self.state.live_nodes()))
-
-
-def _version() -> str:
-    from nbcluster import __version__
-
-    return __version__

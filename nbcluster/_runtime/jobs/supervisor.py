@@ -32,14 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime import proc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.jobs import logfiles
 from nbcluster._runtime.jobs.head_client import HeadJobsClient
 from nbcluster._runtime.jobs.node_client import NodeClient
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.runtime_env import worker as env_worker
-from nbcluster.config import Config
 
 __all__ = ["Supervisor", "main"]
 

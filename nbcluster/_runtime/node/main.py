@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from nbcluster._runtime import proc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.node import autoscaling
 from nbcluster._runtime.node.agent_service import NodeAgentServicer, make_agent
 from nbcluster._runtime.node.objects import NodeObjects, TransferService
@@ -33,7 +34,6 @@ from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.protos import bundles_pb2_grpc, transfer_pb2_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
-from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.node")
 

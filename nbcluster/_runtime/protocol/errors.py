@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 
 __all__ = ["Peer", "translate", "to_exception", "is_unavailable", "RpcError"]
 

@@ -19,7 +19,7 @@ import concurrent.futures
 import threading
 from typing import TYPE_CHECKING, Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 from nbcluster._runtime.worker import actor_exit

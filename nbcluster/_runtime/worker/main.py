@@ -24,10 +24,13 @@ from typing import Any
 
 import cloudpickle
 
-from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
+from nbcluster._runtime import exceptions as exc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.args import ArgPlaceholder
-from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
+from nbcluster._runtime.core.client import CoreClient
+from nbcluster._runtime.core.driver import CoreDriver
+from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
@@ -45,7 +48,6 @@ from nbcluster._runtime.worker.generators import (
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster._runtime.worker.returns import place, serialize_value
-from nbcluster.config import Config
 
 log = logging.getLogger("nbcluster.worker")
 
@@ -715,7 +717,7 @@ def main() -> None:
     executor = Executor(client)
     client.executor = executor
     client.start(lambda c: WorkerService(c, executor))
-    context.set_client(client)
+    context.set_client(client, CoreDriver(client))
     reply = client.run(
         lambda: client.node().RegisterWorker(
             pb.WorkerRegisterRequest(worker_id=worker_id, pid=os.getpid(), address=client.address),
