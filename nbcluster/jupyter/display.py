@@ -8,7 +8,8 @@ user code and must never be interpreted as markup.
 Data comes from :mod:`nbcluster.state` only. Rendering a ref or an error needs no RPC;
 rendering the cluster asks the head for its nodes once. Importing this module installs the
 ``ObjectRef`` and ``TaskError`` renderers in the runtime's display registry
-(:mod:`nbcluster._runtime.display`); ``import nbcluster`` does that.
+(:mod:`nbcluster._runtime.display`); ``nbcluster`` has the registry import it on the first
+display.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ only show up as an ``AttributeError`` in client mode. These checks need no clust
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -76,6 +78,7 @@ def test_the_proxy_forwards_exactly_the_driver_calls_and_they_exist() -> None:
 
 def test_task_error_display_uses_the_installed_renderer_and_text_without_one() -> None:
     err = TaskError.from_exception(ValueError("boom"), "f")
+    display.html(object())  # runs the pending loaders (nbcluster's Jupyter renderers)
     saved = display._renderers.pop(TaskError, None)
     try:
         bundle = err._repr_mimebundle_()
@@ -88,3 +91,18 @@ def test_task_error_display_uses_the_installed_renderer_and_text_without_one() -
         assert err._repr_html_() == "<i>y</i>"
     finally:
         display.set_renderer(TaskError, saved)
+
+
+def test_the_jupyter_renderers_load_on_the_first_display_not_at_import() -> None:
+    code = (
+        "import sys, nbcluster\n"
+        "from nbcluster.exceptions import TaskError\n"
+        "assert 'nbcluster.jupyter.display' not in sys.modules\n"
+        "err = TaskError.from_exception(ValueError('boom'), 'f').as_instanceof_cause()\n"
+        "bundle = err._repr_mimebundle_()\n"
+        "assert 'nbcluster.jupyter.display' in sys.modules\n"
+        "assert 'boom' in bundle['text/html'], bundle\n"
+        "ref = nbcluster.ObjectRef.nil()\n"
+        "assert 'unknown' in ref._repr_mimebundle_()['text/plain']\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
