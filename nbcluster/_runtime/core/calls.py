@@ -18,7 +18,6 @@ from nbcluster._runtime.core.generators import registry, wire_num_returns
 from nbcluster._runtime.core.submitter import TaskRecord, build_spec
 from nbcluster._runtime.driver import ActorRecord, FunctionDescriptor
 from nbcluster._runtime.options import ActorOptions, TaskOptions
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.ref_generators import start_generator
 from nbcluster._runtime.refs import ObjectRef
@@ -305,12 +304,7 @@ def create_actor(
         strategy=strategy,
         handle_meta=serialize(meta).to_bytes(),
     )
-    try:
-        reply = client.run(lambda: client.head().RegisterActor(request, timeout=60))
-    except RpcError as err:
-        if err.code().name == "ALREADY_EXISTS":
-            raise ValueError(err.details()) from None
-        raise to_exception(err, Peer.HEAD, "RegisterActor") from None
+    reply = client.call_head("RegisterActor", lambda head: head.RegisterActor(request, timeout=60))
     info = reply.actor
     owned = not reply.existing and not request.detached
     return ActorRecord(info.actor_id, deserialize(info.handle_meta), owned)

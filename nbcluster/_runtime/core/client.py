@@ -165,6 +165,16 @@ class CoreClient:
             fut.cancel()
             raise
 
+    def call_head(
+        self, what: str, call: Callable[[Any], Any], *, not_found: str | None = None
+    ) -> Any:
+        """``call(head stub)`` run on the I/O loop; a gRPC error is raised as nbcluster's
+        exception for it (``protocol/errors.py``; ``not_found``: the ``ValueError`` text)."""
+        try:
+            return self.run(lambda: call(self.head()))
+        except RpcError as err:
+            raise to_exception(err, Peer.HEAD, what, not_found=not_found) from None
+
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Schedule ``fn(*args)`` on the I/O loop (thread-safe), outside the caller's contextvars."""
         self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())

@@ -21,7 +21,6 @@ from nbcluster._runtime.core import placement_groups as pgs
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.driver import ActorRecord, FunctionDescriptor
 from nbcluster._runtime.options import ActorOptions, TaskOptions
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.ref_generators import wait_mixed
 from nbcluster._runtime.refs import ObjectRef
@@ -110,37 +109,25 @@ class CoreDriver:
         """The live actor called ``name`` (in ``namespace``, default: the job's)."""
         client = self.client
         ns = namespace if namespace is not None else client.namespace
-        try:
-            info = client.run(
-                lambda: client.head().GetNamedActor(
-                    pb.NamedActorRequest(name=name, namespace=ns), timeout=10
-                )
-            )
-        except RpcError as err:
-            if err.code().name == "NOT_FOUND":
-                raise ValueError(
-                    f"Failed to look up actor with name {name!r} in namespace {ns!r}"
-                ) from None
-            raise to_exception(err, Peer.HEAD, "GetNamedActor") from None
+        info = client.call_head(
+            "GetNamedActor",
+            lambda head: head.GetNamedActor(
+                pb.NamedActorRequest(name=name, namespace=ns), timeout=10
+            ),
+            not_found=f"Failed to look up actor with name {name!r} in namespace {ns!r}",
+        )
         return ActorRecord(info.actor_id, deserialize(info.handle_meta), owned=False)
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
         """End an actor now (the head ends the actors it created too)."""
         client = self.client
-        try:
-            client.run(
-                lambda: client.head().KillActor(
-                    pb.KillActorRequest(
-                        actor_id=actor_id,
-                        no_restart=no_restart,
-                        reason="it was killed with nbcluster.kill()",
-                        kind="killed",
-                    ),
-                    timeout=10,
-                )
-            )
-        except RpcError as err:
-            raise to_exception(err, Peer.HEAD, "KillActor") from None
+        request = pb.KillActorRequest(
+            actor_id=actor_id,
+            no_restart=no_restart,
+            reason="it was killed with nbcluster.kill()",
+            kind="killed",
+        )
+        client.call_head("KillActor", lambda head: head.KillActor(request, timeout=10))
         # Calls made from now on fail at once (on the I/O loop, before any later call is
         # queued): the actor's, and those of the actors it created, which the head ended.
         client.actor_submitter.killed(actor_id, no_restart)
@@ -259,13 +246,8 @@ class CoreDriver:
 
     # -- cluster queries ------------------------------------------------------------------------
     def _nodes_raw(self) -> list[Any]:
-        client = self.client
-        try:
-            reply = client.run(
-                lambda: client.head().GetNodes(pb.GetNodesRequest(include_dead=True), timeout=10)
-            )
-        except RpcError as err:
-            raise to_exception(err, Peer.HEAD, "GetNodes") from None
+        request = pb.GetNodesRequest(include_dead=True)
+        reply = self.client.call_head("GetNodes", lambda head: head.GetNodes(request, timeout=10))
         return list(reply.nodes)
 
     def nodes(self) -> list[dict[str, Any]]:

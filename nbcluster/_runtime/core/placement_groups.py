@@ -41,45 +41,31 @@ def create(
         job_id=client.job_id,
         namespace=client.namespace,
     )
-    try:
-        reply = client.run(
-            lambda: client.head().CreatePlacementGroup(
-                pb.CreatePlacementGroupRequest(pg=info), timeout=10
-            )
-        )
-    except RpcError as err:
-        if err.code().name == "ALREADY_EXISTS":
-            raise ValueError(err.details()) from None
-        raise to_exception(err, Peer.HEAD, "CreatePlacementGroup") from None
+    request = pb.CreatePlacementGroupRequest(pg=info)
+    reply = client.call_head(
+        "CreatePlacementGroup", lambda head: head.CreatePlacementGroup(request, timeout=10)
+    )
     client.remember_placement_group(reply)  # placed already: ready() need not ask
     return pg_id
 
 
 def remove(client: CoreClient, pg_id: bytes) -> None:
     """Release a group (the head ends the work running in it)."""
-    try:
-        client.run(
-            lambda: client.head().RemovePlacementGroup(
-                pb.PlacementGroupRequest(pg_id=pg_id), timeout=30
-            )
-        )
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "RemovePlacementGroup") from None
+    request = pb.PlacementGroupRequest(pg_id=pg_id)
+    client.call_head(
+        "RemovePlacementGroup", lambda head: head.RemovePlacementGroup(request, timeout=30)
+    )
     client.forget_placement_group(pg_id)
 
 
 def get_by_name(client: CoreClient, name: str) -> tuple[bytes, list[dict[str, float]], str]:
     """(id, bundles, name) of the group called ``name`` in the job's namespace."""
-    try:
-        info = client.run(
-            lambda: client.head().GetPlacementGroup(
-                pb.PlacementGroupRequest(name=name, namespace=client.namespace), timeout=10
-            )
-        )
-    except RpcError as err:
-        if err.code().name == "NOT_FOUND":
-            raise ValueError(f"Failed to look up placement group with name {name!r}") from None
-        raise to_exception(err, Peer.HEAD, "GetPlacementGroup") from None
+    request = pb.PlacementGroupRequest(name=name, namespace=client.namespace)
+    info = client.call_head(
+        "GetPlacementGroup",
+        lambda head: head.GetPlacementGroup(request, timeout=10),
+        not_found=f"Failed to look up placement group with name {name!r}",
+    )
     return info.pg_id, [dict(b.resources) for b in info.bundles], info.name
 
 
@@ -98,17 +84,12 @@ def _row(info: pb.PlacementGroupInfo) -> dict[str, Any]:
 
 def table(client: CoreClient, pg_id: bytes | None) -> list[dict[str, Any]]:
     """Rows of one group (``pg_id``) or of every group."""
-    try:
-        if pg_id is not None:
-            info = client.run(
-                lambda: client.head().GetPlacementGroup(
-                    pb.PlacementGroupRequest(pg_id=pg_id), timeout=10
-                )
-            )
-            return [_row(info)]
-        reply = client.run(lambda: client.head().ListPlacementGroups(pb.Empty(), timeout=10))
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "placement_group_table") from None
+    what = "placement_group_table"
+    if pg_id is not None:
+        request = pb.PlacementGroupRequest(pg_id=pg_id)
+        info = client.call_head(what, lambda head: head.GetPlacementGroup(request, timeout=10))
+        return [_row(info)]
+    reply = client.call_head(what, lambda head: head.ListPlacementGroups(pb.Empty(), timeout=10))
     return [_row(g) for g in reply.groups]
 
 
