@@ -15,7 +15,7 @@ from typing import Any
 
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import Peer, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 
 __all__ = [
@@ -231,40 +231,8 @@ def local_cluster() -> Any:
     return None if client is None else getattr(client, "cluster", None)
 
 
-class _SyncHead:
-    """A blocking Head stub whose calls carry the token (client mode has no I/O loop here)."""
-
-    def __init__(self, stub: Any, metadata: Any) -> None:
-        self._stub, self._md = stub, metadata
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._stub, name)
-        return lambda request, **kw: method(request, metadata=self._md, **kw)
-
-
-def _call_client_mode(client: Any, fn: Callable[[Any], Any], what: str) -> Any:
-    """``fn(head)`` over a blocking channel to the head (issue 13: widgets in client mode)."""
-    import grpc
-
-    from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb_grpc
-
-    channel = make_sync_channel(client.head_address, client.token)
-    try:
-        return fn(_SyncHead(pb_grpc.HeadStub(channel), auth_metadata(client.token)))
-    except grpc.RpcError as err:
-        raise to_exception(err, Peer.HEAD, what) from None  # type: ignore[arg-type]
-    finally:
-        channel.close()
-
-
 def _call(fn: Callable[[Any], Any], what: str) -> Any:
-    client = context.require_client()
-    if getattr(client, "mode", "") == "client":
-        return _call_client_mode(client, fn, what)
-    try:
-        return client.run(lambda: fn(client.head()))
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, what) from None
+    return context.require_driver().call_head(what, fn)
 
 
 def task_events(job_id: str | None = None, limit: int = 0) -> tuple[list[TaskEvent], int]:

@@ -15,7 +15,7 @@ The records here pickle, because client mode sends them across.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -150,6 +150,10 @@ class Driver(Protocol):
 
     def resources(self, kind: str) -> dict[str, float]:
         """Sum over live nodes of their ``"total"`` or ``"available"`` resources."""
+
+    def call_head(self, what: str, call: Callable[[Any], Any]) -> Any:
+        """``call(head stub)`` for a read-only query (``nbcluster.state``); a gRPC error is
+        raised as nbcluster's exception (``what`` names the call in it)."""
 
     def actor_state(self, actor_id: bytes) -> dict[str, Any] | None:
         """The head's record of an actor (class, state, node, pid, restarts...), or None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nbcluster._runtime import exceptions as exc
@@ -281,6 +281,10 @@ class CoreDriver:
             for k, v in getattr(n, kind).items():
                 total[k] = total.get(k, 0.0) + v
         return total
+
+    def call_head(self, what: str, call: Callable[[Any], Any]) -> Any:
+        """``call(head stub)`` on the I/O loop (see :meth:`CoreClient.call_head`)."""
+        return self.client.call_head(what, call)
 
     def actor_state(self, actor_id: bytes) -> dict[str, Any] | None:
         """The head's record of an actor, or None when it is unknown or unreachable."""

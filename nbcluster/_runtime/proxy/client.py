@@ -16,7 +16,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -35,6 +35,17 @@ from nbcluster._runtime.runtime_env.options import FrozenRuntimeEnv
 
 CLIENT_OWNER = "client-proxy"
 POLL_S = 1.0
+
+
+class _SyncHead:
+    """A blocking Head stub whose calls carry the token (client mode has no I/O loop)."""
+
+    def __init__(self, stub: Any, metadata: Any) -> None:
+        self._stub, self._md = stub, metadata
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        return lambda request, **kw: method(request, metadata=self._md, **kw)
 
 
 class ProxyClient:
@@ -283,6 +294,17 @@ class ProxyClient:
     def resources(self, kind: str) -> dict[str, float]:
         """Sum of the live nodes' ``"total"`` or ``"available"`` resources."""
         return self.call("resources", (kind,))  # type: ignore[no-any-return]
+
+    def call_head(self, what: str, call: Callable[[Any], Any]) -> Any:
+        """``call(head)`` over a blocking channel straight to the head (read-only queries
+        such as ``nbcluster.state``'s; issue 13: widgets in client mode)."""
+        channel = make_sync_channel(self.head_address, self.token)
+        try:
+            return call(_SyncHead(pb_grpc.HeadStub(channel), auth_metadata(self.token)))
+        except grpc.RpcError as err:
+            raise to_exception(err, Peer.HEAD, what) from None  # type: ignore[arg-type]
+        finally:
+            channel.close()
 
     def actor_state(self, actor_id: bytes) -> dict[str, Any] | None:
         """Not asked in client mode (a repr must not wait on the link): always None."""
