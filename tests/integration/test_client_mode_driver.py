@@ -20,6 +20,7 @@ from nbcluster import LocalCluster, state
 from nbcluster._runtime import context
 from nbcluster._runtime.proxy.client import ProxyClient
 from nbcluster.exceptions import ActorDiedError, TaskCancelledError
+from nbcluster.testing import poll_for
 from nbcluster.util.placement_group import (
     placement_group,
     placement_group_table,
@@ -101,9 +102,10 @@ def test_placement_groups_and_state_queries_through_the_proxy(client_mode: Local
     assert row["state"] == "CREATED" and row["name"] == "pair"
     assert pg.id.hex() in placement_group_table()
     remove_placement_group(pg)
-    deadline = time.monotonic() + 30
-    while placement_group_table(pg)["state"] != "REMOVED" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert placement_group_table(pg)["state"] == "REMOVED"
-    events, _dropped = state.task_events()  # a blocking channel straight to the head
-    assert any(e.name.endswith("nap") for e in events)
+    poll_for(lambda: placement_group_table(pg)["state"] == "REMOVED", 30)
+
+    def napped() -> bool:  # task events reach the head in batches: wait for this job's
+        events, _dropped = state.task_events()  # a blocking channel straight to the head
+        return any(e.name.endswith("nap") for e in events)
+
+    poll_for(napped, 60, interval=0.2, message="the head has no event of the client's nap tasks")
