@@ -28,6 +28,7 @@ from nbcluster._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from nbcluster._named import get_named, put
 from nbcluster._refs import ObjectRef
 from nbcluster._remote import RemoteFunction, remote
+from nbcluster._runtime import display as _display
 from nbcluster._runtime.version import __version__
 from nbcluster._timeline import timeline  # noqa: E402, I001
 from nbcluster.cluster import LocalCluster
@@ -51,6 +52,16 @@ def __getattr__(name: str) -> object:
     if name in _LIBRARIES:  # the libraries load their heavy dependencies on first use
         return importlib.import_module(f"nbcluster.{name}")
     raise AttributeError(f"module 'nbcluster' has no attribute {name!r}")
+
+
+def _install_rich_displays() -> None:
+    """Install the ``ObjectRef`` / ``TaskError`` renderers of the Jupyter layer (run by the
+    runtime's display registry on the first display, so ``import nbcluster`` loads none
+    of the Jupyter code)."""
+    importlib.import_module("nbcluster.jupyter.display")
+
+
+_display.add_loader(_install_rich_displays)
 
 
 def load_ipython_extension(ip: object) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import cloudpickle
 
-from nbcluster import exceptions as exc
+from nbcluster import _api
 from nbcluster import options as _options
 from nbcluster._actor_methods import (
     check_call_group,
@@ -21,17 +21,10 @@ from nbcluster._actor_methods import (
     method,
     method_meta,
 )
-from nbcluster._generator import start_generator
-from nbcluster._refs import ObjectRef
-from nbcluster._remote import _CODE_GENERATION
+from nbcluster._exported import CODE_GENERATION
 from nbcluster._runtime import context
-from nbcluster._runtime.core.args import ArgPlaceholder
-from nbcluster._runtime.core.generators import registry, wire_num_returns
-from nbcluster._runtime.core.submitter import TaskRecord, build_spec
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
-from nbcluster._runtime.protocol.rpc import pb
-from nbcluster._runtime.runtime_env import driver as runtime_env_driver
-from nbcluster._runtime.serialization import deserialize, function_hash, serialize
+from nbcluster._runtime.driver import ActorRecord, Driver, FunctionDescriptor
+from nbcluster._runtime.serialization import function_hash, serialize
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method", "get_actor", "kill"]
 
@@ -47,10 +40,8 @@ class ActorClass(Generic[C]):
         self._name = cls.__qualname__
         self._meta = method_meta(cls)
         check_concurrency_groups(self._name, self._meta, options.concurrency_groups)
-        self._is_async = any(m["is_async"] for m in self._meta.values())
-        self._payload: bytes | None = None
-        self._function_id = b""
-        self._generation = _CODE_GENERATION[0]
+        self._descriptor: FunctionDescriptor | None = None
+        self._generation = CODE_GENERATION[0]
         self.__doc__ = cls.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -96,133 +87,32 @@ class ActorClass(Generic[C]):
         except TypeError as e:
             raise TypeError(f"{self._name}.remote(): {e}") from None
 
-    def _export(self, client: Any) -> bytes:
-        if self._payload is None or self._generation != _CODE_GENERATION[0]:
-            self._generation = _CODE_GENERATION[0]
+    def _export(self) -> FunctionDescriptor:
+        """The class's pickle and hash, made again after the code generation changed."""
+        desc = self._descriptor
+        if desc is None or self._generation != CODE_GENERATION[0]:
+            self._generation = CODE_GENERATION[0]
             try:
-                self._payload = cloudpickle.dumps(self._cls)
+                payload = cloudpickle.dumps(self._cls)
             except Exception:  # noqa: BLE001 - name the culprit
                 serialize(self._cls, what="the actor class", name=self._name)
                 raise
-            self._function_id = function_hash(self._payload)
-        client.export(self._function_id, self._payload, self._name)
-        return self._function_id
+            desc = self._descriptor = FunctionDescriptor(
+                function_hash(payload), self._name, payload
+            )
+        return desc
 
     def _create(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], opts: _options.ActorOptions
     ) -> ActorHandle:
-        from nbcluster import _api
-
-        client = _api._client_or_autoinit()
-        check = getattr(opts, "check_creatable", None)
-        if check is not None:
-            check()
+        driver = _api._driver_or_autoinit()
+        opts.check_creatable()
         self._check_arity(args, kwargs)
-        if _api._is_client(client):
-            return client.create_actor(self._cls, opts, args, kwargs)  # type: ignore[no-any-return]
-        fid = self._export(client)
-        namespace = opts.namespace if opts.namespace is not None else client.namespace
-        # Arguments: top-level refs are resolved now (waiting for them), like task arguments.
-        dep_refs = [a for a in (*args, *kwargs.values()) if isinstance(a, ObjectRef)]
-        if dep_refs:
-            entries = client.ensure_tracked(dep_refs)
-            client.wait_entries(entries, len(entries), None)
-        idx = iter(range(len(dep_refs)))
-
-        def swap(v: Any) -> Any:
-            return ArgPlaceholder(next(idx)) if isinstance(v, ObjectRef) else v
-
-        args2 = tuple(swap(a) for a in args)
-        kwargs2 = {k: swap(v) for k, v in kwargs.items()}
-        sv = serialize(
-            (args2, kwargs2), what="an actor constructor argument", name=f"{self._name}.remote()"
+        # (self, args, kwargs, name): what `%cluster restart-actors` needs to make it again
+        record = driver.create_actor(
+            self._export(), opts, self._meta, args, kwargs, (self, args, kwargs, opts.name)
         )
-        # Refs inside the arguments (and the argument objects) live as long as this process.
-        client.table.mark_escaped([r.binary() for r in (*dep_refs, *sv.contained_refs)])
-        actor_id = client.next_task_id()
-        spec = build_spec(
-            client,
-            task_id=actor_id,
-            function_id=fid,
-            name=self._name,
-            args_blob=sv.to_bytes(),
-            num_returns=0,
-            max_calls=0,
-            retry_exceptions=False,
-        )
-        spec.actor_id = actor_id
-        spec.actor_creation = True
-        spec.is_async = self._is_async
-        spec.max_concurrency = opts.max_concurrency or 0
-        spec.concurrency_groups.update(opts.concurrency_groups or {})
-        spec.namespace = namespace
-        spec.runtime_env = runtime_env_driver.for_submit(  # issue 17: the actor's environment
-            client, opts.runtime_env, client.submit_context() if client.submit_context else None
-        )
-        for ref, entry in zip(dep_refs, client.ensure_tracked(dep_refs), strict=True):
-            client.value_of(ref.binary(), entry)  # raises the argument's error, if any
-            spec.resolved_args.add(
-                object_id=ref.binary(),
-                data=entry.data if not entry.in_store else b"",
-                in_store=entry.in_store,
-                size=entry.size,
-                node_id=entry.node_id,
-                node_address=entry.node_address,
-                owner_address=entry.owner,
-            )
-        shape_fn = getattr(opts, "scheduling_resource_shape", None) or opts.resource_shape
-        # issue 13: what `%cluster restart-actors` needs to make it again on new code (its
-        # argument refs already live as long as this process: mark_escaped above)
-        creations = getattr(client, "actor_creations", None)
-        if creations is not None:
-            creations[actor_id] = (self, args, kwargs, opts.name, namespace, opts.lifetime)
-        meta = {
-            "class_name": self._name,
-            "methods": self._meta,
-            "max_task_retries": opts.max_task_retries,
-            "max_pending_calls": opts.max_pending_calls,
-            "function_id": fid,
-            "concurrency_groups": dict(opts.concurrency_groups or {}),
-        }
-        from nbcluster._remote import resolve_strategy
-
-        resources, strategy, route = resolve_strategy(
-            client, opts.resource_shape(), opts.scheduling_strategy
-        )
-        if route is not None and route[0] == "pg":
-            from nbcluster._remote import _captures, _inherits_capture
-
-            if _captures(opts.scheduling_strategy) or _inherits_capture(
-                client, opts.scheduling_strategy
-            ):
-                spec.capture_pg = route[1]
-        if route is not None and route[0] == "node":
-            strategy = f"NODE_AFFINITY:{route[1].hex()}:{int(route[2])}"
-        elif route is not None and route[0] == "pg":
-            strategy = "DEFAULT"  # the renamed resources only exist where the bundle is
-        request = pb.RegisterActorRequest(
-            spec=spec,
-            resources=resources,
-            name=opts.name or "",
-            namespace=namespace,
-            detached=opts.lifetime == "detached",
-            get_if_exists=opts.get_if_exists,
-            max_restarts=opts.max_restarts,
-            class_name=self._name,
-            preferred_node=client.node_address,
-            strategy=strategy,
-            handle_meta=serialize(meta).to_bytes(),
-        )
-        del shape_fn
-        try:
-            reply = client.run(lambda: client.head().RegisterActor(request, timeout=60))
-        except RpcError as err:
-            if err.code().name == "ALREADY_EXISTS":
-                raise ValueError(err.details()) from None
-            raise to_exception(err, Peer.HEAD, "RegisterActor") from None
-        info = reply.actor
-        owned = not reply.existing and not request.detached
-        return ActorHandle._new(info.actor_id, deserialize(info.handle_meta), client, owned=owned)
+        return ActorHandle._new(record.actor_id, record.meta, driver, owned=record.owned)
 
 
 class _ActorOptionsWrapper(Generic[C]):
@@ -329,11 +219,12 @@ class ActorHandle:
     Handles can be passed to tasks and other actors and used there.
     """
 
-    __slots__ = ("_actor_id", "_meta", "_client", "_owned", "__weakref__")
+    __slots__ = ("_actor_id", "_meta", "_record", "_driver", "_owned", "__weakref__")
 
     _actor_id: bytes
     _meta: dict[str, Any]
-    _client: Any
+    _record: ActorRecord
+    _driver: Driver | None
     _owned: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -343,15 +234,16 @@ class ActorHandle:
 
     @classmethod
     def _new(
-        cls, actor_id: bytes, meta: dict[str, Any], client: Any, *, owned: bool
+        cls, actor_id: bytes, meta: dict[str, Any], driver: Driver | None, *, owned: bool
     ) -> ActorHandle:
         h = object.__new__(cls)
         h._actor_id = actor_id
         h._meta = meta
-        h._client = client
+        h._record = ActorRecord(actor_id, meta)
+        h._driver = driver
         h._owned = owned
-        if owned and client is not None:
-            client.actor_handles[actor_id] = client.actor_handles.get(actor_id, 0) + 1
+        if owned and driver is not None:
+            driver.add_actor_handle(actor_id)
         return h
 
     def __getattr__(self, name: str) -> ActorMethod:
@@ -379,9 +271,8 @@ class ActorHandle:
         """Class, state, node and restarts (text and escaped HTML)."""
         import html
 
-        from nbcluster import state
-
-        info = state.actor_info(self)
+        driver = self._driver or context.current_driver()
+        info = None if driver is None else driver.actor_state(self._actor_id)
         text = repr(self)
         if info is None:
             return {"text/plain": text}
@@ -414,23 +305,17 @@ class ActorHandle:
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
 
     def __reduce__(self) -> tuple[Any, ...]:
-        client = self._client
-        if self._owned and client is not None:
-            client.escaped_actors.add(self._actor_id)  # lives until the owner exits
+        driver = self._driver
+        if self._owned and driver is not None:
+            driver.actor_escaped(self._actor_id)  # lives until the owner exits
         return (_rebuild_handle, (self._actor_id, self._meta))
 
     def __del__(self) -> None:
-        client = getattr(self, "_client", None)  # unset when construction was refused
-        if not getattr(self, "_owned", False) or client is None or client.closed:
+        driver = getattr(self, "_driver", None)  # unset when construction was refused
+        if not getattr(self, "_owned", False) or driver is None:
             return
-        try:
-            n = client.actor_handles.get(self._actor_id, 0) - 1
-            if n > 0:
-                client.actor_handles[self._actor_id] = n
-                return
-            client.actor_handles.pop(self._actor_id, None)
-            if self._actor_id not in client.escaped_actors:
-                client.actor_submitter.release_when_idle(self._actor_id)
+        try:  # noqa: SIM105 - contextlib may be gone at interpreter shutdown
+            driver.remove_actor_handle(self._actor_id)
         except Exception:  # noqa: BLE001 - never raise from __del__
             pass
 
@@ -445,7 +330,7 @@ class ActorHandle:
         concurrency_group: str | None = None,
         enable_task_events: bool | None = None,
     ) -> Any:
-        client = self._client or context.require_client()
+        driver = self._driver or context.require_driver()
         call_options = {
             k: v
             for k, v in (
@@ -454,98 +339,20 @@ class ActorHandle:
             )
             if v is not None
         }
-        if getattr(client, "mode", "") == "client":
-            return client.actor_call(self, name, args, kwargs, num_returns, call_options)
-        method_opts = self._meta["methods"].get(name, {})
-        from nbcluster._remote import serialize_call_args
-
-        sv, dep_refs = serialize_call_args(client, name, args, kwargs)
-        task_id = client.next_task_id()
-        wire_n = wire_num_returns(num_returns)  # generators: -1 streaming, -2 dynamic
-        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(wire_n, 1) + 1)]
-        rec = TaskRecord()
-        rec.task_id = task_id
-        rec.name = f"{self._meta['class_name']}.{name}"
-        rec.spec = build_spec(
-            client,
-            task_id=task_id,
-            function_id=b"",
-            name=name,
-            args_blob=sv.to_bytes(),
-            num_returns=wire_n,
-            max_calls=0,
-            retry_exceptions=False,
+        return driver.call_actor(
+            self._record, name, args, kwargs, num_returns, backpressure, call_options
         )
-        rec.spec.actor_id = self._actor_id
-        rec.spec.concurrency_group = concurrency_group or method_opts.get("concurrency_group") or ""
-        if enable_task_events is None:
-            enable_task_events = method_opts.get("enable_task_events", True)
-        rec.spec.disable_task_events = not enable_task_events
-        rec.actor = True
-        rec.key = None
-        rec.resources = {}
-        rec.strategy = "DEFAULT"
-        rec.return_ids = return_ids
-        rec.retries_left = method_opts.get(
-            "max_task_retries", self._meta.get("max_task_retries", 0)
-        )
-        rec.dep_ids = [r.binary() for r in dep_refs]
-        rec.nested_ids = [r.binary() for r in sv.contained_refs]
-        if client.submit_context is not None:
-            rec.context = client.submit_context()
-        observer = getattr(client, "task_observer", None)
-        if observer is not None:
-            observer(task_id, rec.name, rec.context)
-        for oid in return_ids:
-            client.table.create_owned(oid, task=rec)
-        client.table.add_submitted(rec.dep_ids + rec.nested_ids)
-        refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
-        generator = None
-        if wire_n < 0:
-            generator = start_generator(client, rec, wire_n, backpressure, refs[0])
-        try:
-            client.actor_submitter.submit(rec, self._meta.get("max_pending_calls", -1))
-        except exc.PendingCallsLimitExceeded:
-            for oid in return_ids:
-                client.table.entries.pop(oid, None)
-            client.table.remove_submitted(rec.dep_ids + rec.nested_ids)
-            for r in refs:
-                r._client = None
-            if generator is not None:
-                registry(client).pop(task_id, None)
-            raise
-        if generator is not None:
-            return generator
-        if num_returns == 1:
-            return refs[0]
-        if num_returns == 0:
-            return None
-        return refs
 
 
 def _rebuild_handle(actor_id: bytes, meta: dict[str, Any]) -> ActorHandle:
-    return ActorHandle._new(actor_id, meta, context.current_client(), owned=False)
+    return ActorHandle._new(actor_id, meta, context.current_driver(), owned=False)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """A handle to the live actor named ``name`` (in ``namespace``, default: the job's)."""
-    client = context.require_client()
-    if getattr(client, "mode", "") == "client":
-        return client.call("get_actor", (name, namespace))  # type: ignore[attr-defined, no-any-return]
-    ns = namespace if namespace is not None else client.namespace
-    try:
-        info = client.run(
-            lambda: client.head().GetNamedActor(
-                pb.NamedActorRequest(name=name, namespace=ns), timeout=10
-            )
-        )
-    except RpcError as err:
-        if err.code().name == "NOT_FOUND":
-            raise ValueError(
-                f"Failed to look up actor with name {name!r} in namespace {ns!r}"
-            ) from None
-        raise to_exception(err, Peer.HEAD, "GetNamedActor") from None
-    return ActorHandle._new(info.actor_id, deserialize(info.handle_meta), client, owned=False)
+    driver = context.require_driver()
+    record = driver.get_named_actor(name, namespace)
+    return ActorHandle._new(record.actor_id, record.meta, driver, owned=False)
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
@@ -555,24 +362,4 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
-    client = context.require_client()
-    if getattr(client, "mode", "") == "client":
-        client.call("kill", (actor._actor_id, actor._meta, no_restart))  # type: ignore[attr-defined]
-        return
-    try:
-        client.run(
-            lambda: client.head().KillActor(
-                pb.KillActorRequest(
-                    actor_id=actor._actor_id,
-                    no_restart=no_restart,
-                    reason="it was killed with nbcluster.kill()",
-                    kind="killed",
-                ),
-                timeout=10,
-            )
-        )
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "KillActor") from None
-    # Calls made from now on fail at once (on the I/O loop, before any later call is queued):
-    # the actor's, and those of the actors it created, which the head ended with it.
-    client.actor_submitter.killed(actor._actor_id, no_restart)
+    context.require_driver().kill_actor(actor._actor_id, no_restart)

@@ -6,25 +6,21 @@ Names, defaults and errors follow Ray's. The process's core client lives in one 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import os
-import socket
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from nbcluster import exceptions as exc
-from nbcluster._generator import ObjectRefGenerator, wait_mixed
+from nbcluster._generator import ObjectRefGenerator
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context, proc
-from nbcluster._runtime.core.client import CoreClient
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
-from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.core.connect import connect_driver
+from nbcluster._runtime.core.driver import CoreDriver
+from nbcluster._runtime.driver import Driver
+from nbcluster._runtime.proxy.client import ProxyClient
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
-from nbcluster._runtime.serialization import SerializedValue, serialize
 from nbcluster.cluster import LocalCluster, find_session
 from nbcluster.config import Config
 from nbcluster.runtime_context import RuntimeContext, get_runtime_context
@@ -134,7 +130,7 @@ def init(
             env_json = runtime_env_driver.resolve_job_env(
                 head_address, token, config.temp_dir, runtime_env
             )
-            client = _connect(config, head_address, token, namespace or "")
+            client = connect_driver(config, head_address, token, namespace or "")
         except BaseException:
             if cluster is not None:
                 cluster.stop()
@@ -148,7 +144,7 @@ def init(
             job_id=client.job_id.hex(),
             started_here=cluster is not None,
         )
-        context.set_client(client)
+        context.set_client(client, CoreDriver(client))
         # A clean exit also tells the head the job is over (a killed process is noticed by
         # the head's driver pings, and its own cluster by the parent-death pipe).
         import atexit
@@ -166,8 +162,6 @@ def _connect_client(
     ``py_modules`` is packed and uploaded to the head from this machine; every task and
     actor this client submits runs in it (merged with the call's own, Ray's rules).
     """
-    from nbcluster._runtime.proxy.client import ProxyClient
-
     head_address, token, _ = _resolve_address(address, config)
     env_json = runtime_env_driver.resolve_job_env(head_address, token, config.temp_dir, runtime_env)
     client = ProxyClient(head_address, token, config.head_grace_period_s)
@@ -184,12 +178,8 @@ def _connect_client(
     client.node_id = bytes.fromhex(reply.get("node_id", ""))  # type: ignore[attr-defined]
     client.job_id = bytes.fromhex(reply.get("job_id", ""))  # type: ignore[attr-defined]
     client.worker_id = b""  # type: ignore[attr-defined]
-    context.set_client(client)  # type: ignore[arg-type]
+    context.set_client(client, client)  # type: ignore[arg-type]
     return client.info  # type: ignore[return-value]
-
-
-def _is_client(client: Any) -> bool:
-    return getattr(client, "mode", "") == "client"
 
 
 def _check_resources_arg(value: Any, name: str) -> None:
@@ -225,103 +215,15 @@ def _resolve_address(address: str, config: Config) -> tuple[str, str, str]:
     return address, token, str(session or "")
 
 
-def _connect(config: Config, head_address: str, token: str, namespace: str) -> CoreClient:
-    job_id = proc.new_id()
-    client = CoreClient(
-        mode="driver",
-        config=config,
-        token=token,
-        head_address=head_address,
-        node_address="",
-        job_id=job_id,
-        namespace=namespace,
-    )
-    client.start()
-    try:
-        client.run(_attach(client), timeout=30)
-    except BaseException:
-        client.stop()
-        raise
-    return client
-
-
-async def _attach(client: CoreClient) -> None:
-    from nbcluster._runtime.protocol.rpc import RetryingStub
-
-    head = RetryingStub(
-        client.head_once(), budget_s=5.0
-    )  # a short grace: a wrong address fails fast
-    try:
-        info = await head.GetClusterInfo(pb.Empty(), timeout=10)
-        me = socket.gethostname()
-        local = _local_nodes(info.nodes)
-        if not local:
-            raise ConnectionError(
-                f"the cluster at {client.head_address} has no node on this host ({me}); "
-                "joining from another machine (client mode) is not available in this build"
-            )
-        node = local[0]
-        client.node_address = node.address
-        client.node_id = node.node_id
-        client.store_dir = node.store_dir
-        client.session_dir = info.session_dir
-        await client.head().RegisterJob(
-            pb.RegisterJobRequest(
-                job=pb.JobInfo(
-                    job_id=client.job_id,
-                    driver_address=client.address,
-                    driver_pid=os.getpid(),
-                    namespace=client.namespace,
-                    driver_hostname=me,
-                )
-            ),
-            timeout=10,
-        )
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "connect") from None
-
-
-def _local_ips() -> set[str]:
-    import psutil
-
-    ips = {"127.0.0.1", "::1", "localhost"}
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family in (socket.AF_INET, socket.AF_INET6):
-                ips.add(a.address.split("%")[0])
-    return ips
-
-
-def _local_nodes(nodes: Sequence[Any]) -> list[Any]:
-    """Nodes whose manager listens on an address of this machine (or namespace) and whose
-    store directory this process can see, so it can map their objects."""
-    forced = os.environ.get("NBCLUSTER_NODE_ADDRESS")
-    if forced:
-        return [n for n in nodes if n.address == forced]
-    ips = _local_ips()
-    return [
-        n
-        for n in nodes
-        if n.address.rsplit(":", 1)[0].strip("[]") in ips and os.path.isdir(n.store_dir)
-    ]
-
-
 def shutdown() -> None:
     """Disconnect; if :func:`init` started the cluster, stop it (no process is left)."""
     with _init_lock:
         client = context.current_client()
-        if client is None:
+        driver = context.current_driver()
+        if client is None or driver is None:
             return
         context.set_client(None)
-        if _is_client(client):
-            client.stop()
-            return
-        with contextlib.suppress(Exception):
-            client.run(
-                lambda: client.head_once().FinishJob(pb.JobRef(job_id=client.job_id), timeout=2),
-                timeout=3,
-            )
-        client.stop()
+        driver.shutdown()
         cluster: LocalCluster | None = getattr(client, "cluster", None)
         if cluster is not None:
             cluster.stop()
@@ -332,12 +234,12 @@ def is_initialized() -> bool:
     return context.current_client() is not None
 
 
-def _client_or_autoinit() -> CoreClient:
-    client = context.current_client()
-    if client is None:
+def _driver_or_autoinit() -> Driver:
+    driver = context.current_driver()
+    if driver is None:
         init(ignore_reinit_error=True)
-        client = context.require_client()
-    return client
+        driver = context.require_driver()
+    return driver
 
 
 def _as_ref_list(refs: Any, fn: str) -> tuple[list[ObjectRef], bool]:
@@ -386,43 +288,12 @@ def get(object_refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None =
     resolve = _self_resolving(object_refs)
     if resolve is not None:  # compiled-graph refs read their own channels
         return resolve(timeout)
-    client = context.require_client()
+    driver = context.require_driver()
     refs, single = _as_ref_list(object_refs, "get")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-    if _is_client(client):
-        values = client.get(refs, timeout)  # type: ignore[attr-defined]
-        return values[0] if single else values
-    entries = client.ensure_tracked(refs)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    _interruptible_wait(client, entries, len(entries), deadline)
-    missing = sum(1 for e in entries if e.state != 1)
-    if missing:
-        raise exc.GetTimeoutError(
-            f"get() timed out after {timeout}s: {missing} of {len(entries)} object(s) are not ready. "
-            "The tasks keep running; call get() again later, or cancel() them."
-        )
-    values = [client.get_value(r, e, deadline) for r, e in zip(refs, entries, strict=True)]
+    values = driver.get(refs, timeout)
     return values[0] if single else values
-
-
-async def get_async(ref: ObjectRef) -> Any:
-    """Await a ref's value from asyncio code (``await ref`` uses this)."""
-    client = context.require_client()
-    getter = getattr(client, "get_async", None)
-    if getter is not None:
-        return await getter(ref)
-    return await asyncio.wrap_future(client.as_future(ref))
-
-
-def _interruptible_wait(client: CoreClient, entries: Any, n: int, deadline: float | None) -> None:
-    try:
-        client.wait_entries(entries, n, deadline)
-    except KeyboardInterrupt:
-        handler = getattr(client, "interrupt_handler", None)
-        if handler is not None:
-            handler()
-        raise
 
 
 def put(value: Any) -> ObjectRef:
@@ -436,15 +307,7 @@ def put(value: Any) -> ObjectRef:
             "nbcluster.put() was given an ObjectRef; refs can be passed to tasks directly, "
             "or wrap it in a list if you need a ref to a ref"
         )
-    client = _client_or_autoinit()
-    if _is_client(client):
-        return client.put(value)  # type: ignore[attr-defined, no-any-return]
-    return _put_serialized(client, serialize(value))
-
-
-def _put_serialized(client: CoreClient, sv: SerializedValue) -> ObjectRef:
-    oid, _ = client.put_serialized(sv)
-    return ObjectRef._new(oid, client.address, client)
+    return _driver_or_autoinit().put(value)
 
 
 def wait(
@@ -459,13 +322,13 @@ def wait(
     Returns ``(ready, not_ready)``, each in the order of ``object_refs``; ``ready`` holds
     at most ``num_returns`` refs.
     """
-    client = context.require_client()
+    driver = context.require_driver()
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expects a list of ObjectRefs; wrap a single ref in a list")
     if isinstance(object_refs, (list, tuple)) and any(
         isinstance(r, ObjectRefGenerator) for r in object_refs
     ):
-        return _wait_generators(client, object_refs, num_returns, timeout)
+        return _wait_generators(driver, object_refs, num_returns, timeout)
     refs, _ = _as_ref_list(object_refs, "wait")
     if len(set(refs)) != len(refs):
         raise ValueError("wait() was given the same ObjectRef more than once")
@@ -477,24 +340,13 @@ def wait(
         )
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-    if _is_client(client):
-        ready_ids = set(client.wait(refs, num_returns, timeout))  # type: ignore[attr-defined]
-        ready_refs = [r for r in refs if r.binary() in ready_ids][:num_returns]
-        return ready_refs, [r for r in refs if r not in ready_refs]
-    entries = client.ensure_tracked(refs)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    _interruptible_wait(client, entries, num_returns, deadline)
-    ready, not_ready = [], []
-    for r, e in zip(refs, entries, strict=True):
-        if e.state == 1 and len(ready) < num_returns:
-            ready.append(r)
-        else:
-            not_ready.append(r)
-    return ready, not_ready
+    ready_ids = set(driver.wait(refs, num_returns, timeout))
+    ready = [r for r in refs if r.binary() in ready_ids][:num_returns]
+    return ready, [r for r in refs if r not in ready]
 
 
 def _wait_generators(
-    client: CoreClient, items: Sequence[Any], num_returns: int, timeout: float | None
+    driver: Driver, items: Sequence[Any], num_returns: int, timeout: float | None
 ) -> tuple[list[Any], list[Any]]:
     """``wait`` over refs and ``ObjectRefGenerator``s (ready: ``next`` would not block)."""
     for i, r in enumerate(items):
@@ -514,8 +366,7 @@ def _wait_generators(
         )
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-    deadline = None if timeout is None else time.monotonic() + timeout
-    return wait_mixed(client, items, num_returns, deadline)
+    return driver.wait_mixed(items, num_returns, timeout)
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
@@ -529,74 +380,21 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     ``asyncio.CancelledError`` at its ``await``; a running sync one is not interrupted, it
     only sees ``get_runtime_context().is_canceled()`` turn True. ``force=True`` is refused.
     """
-    client = context.require_client()
+    driver = context.require_driver()
     if isinstance(object_ref, ObjectRefGenerator):  # cancels the generator task
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
-    if _is_client(client):
-        client.call("cancel", (object_ref, force))  # type: ignore[attr-defined]
-        return
-    if object_ref.owner_address != client.address:
-        raise ValueError("only the process that submitted a task can cancel it")
-    rec = client.submitter.tasks.get(object_ref.task_id())
-    if force and rec is not None and rec.actor:  # Ray: actors keep state; kill the actor
-        raise ValueError(
-            "force=True is not supported for actor tasks: cancel the call without force, "
-            "or end the whole actor with nbcluster.kill(actor)"
-        )
-    client.submitter.cancel(object_ref.task_id(), force)
-
-
-def _nodes_raw() -> list[Any]:
-    client = context.require_client()
-    try:
-        reply = client.run(
-            lambda: client.head().GetNodes(pb.GetNodesRequest(include_dead=True), timeout=10)
-        )
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "GetNodes") from None
-    return list(reply.nodes)
+    driver.cancel(object_ref, force)
 
 
 def nodes() -> list[dict[str, Any]]:
     """Every node the cluster has known, alive or dead, with its resources."""
-    client = context.require_client()
-    if _is_client(client):
-        return client.call("nodes")  # type: ignore[attr-defined, no-any-return]
-    out = []
-    for n in _nodes_raw():
-        host, _, port = n.address.rpartition(":")
-        out.append(
-            {
-                "NodeID": n.node_id.hex(),
-                "Alive": n.alive,
-                "NodeName": n.node_name,
-                "NodeManagerAddress": host,
-                "NodeManagerPort": int(port or 0),
-                "NodeManagerHostname": n.hostname,
-                "Resources": dict(n.total),
-                "Available": dict(n.available),
-                "ObjectStoreCapacity": n.store_capacity,
-                "ObjectStoreUsed": n.store_used,
-                "DeathReason": n.death_reason,
-            }
-        )
-    return out
+    return context.require_driver().nodes()
 
 
 def _sum(kind: str) -> dict[str, float]:
-    client = context.require_client()
-    if _is_client(client):
-        op = "cluster_resources" if kind == "total" else "available_resources"
-        return client.call(op)  # type: ignore[attr-defined, no-any-return]
-    total: dict[str, float] = {}
-    for n in _nodes_raw():
-        if not n.alive:
-            continue
-        for k, v in getattr(n, kind).items():
-            total[k] = total.get(k, 0.0) + v
-    return total
+    return context.require_driver().resources(kind)
 
 
 def cluster_resources() -> dict[str, float]:

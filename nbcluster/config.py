@@ -1,7 +1,8 @@
-"""Every tunable of nbcluster, in one frozen dataclass (:class:`Config`).
+"""Every tunable of nbcluster, in one frozen dataclass (public face).
 
-The class lives in the runtime (``nbcluster._runtime.config``), which reads it in every
-process and may not import the package above it; this module is its public name.
+:class:`Config` is defined in :mod:`nbcluster._runtime.config` (the runtime's processes
+read it and import nothing above the runtime); this module is where users import it from.
+Nothing is read at import: :meth:`Config.from_env` reads ``NBCLUSTER_<FIELD>`` variables.
 """
 
 from nbcluster._runtime.config import ENV_PREFIX, Config

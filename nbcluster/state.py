@@ -15,7 +15,7 @@ from typing import Any
 
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import Peer, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._state_records import (
     ActorChange,
@@ -177,32 +177,8 @@ def _autoscaler_summary(channel: Any, md: Any, timeout: float) -> dict[str, Any]
 
 def actor_info(handle: Any) -> dict[str, Any] | None:
     """State, node, pid and restarts of an actor (None when the head does not know it)."""
-    client = context.current_client()
-    if client is None or getattr(client, "mode", "") == "client":
-        return None
-    try:
-        info = client.run(
-            lambda: client.head_once().WaitActor(
-                pb.WaitActorRequest(
-                    actor_id=handle._actor_id, after_version=1 << 62, timeout=0.001
-                ),
-                timeout=5,
-            ),
-            timeout=6,
-        )
-    except Exception:  # noqa: BLE001 - a repr must not raise
-        return None
-    states = {0: "PENDING", 1: "ALIVE", 2: "RESTARTING", 3: "DEAD"}
-    return {
-        "class_name": info.class_name,
-        "state": states.get(info.state, str(info.state)),
-        "node_id": info.node_id.hex(),
-        "pid": info.worker_pid,
-        "restarts": info.num_restarts,
-        "max_restarts": info.max_restarts,
-        "name": info.name,
-        "death_cause": info.death_cause,
-    }
+    driver = context.current_driver()
+    return None if driver is None else driver.actor_state(handle._actor_id)
 
 
 def local_cluster() -> Any:
@@ -211,40 +187,8 @@ def local_cluster() -> Any:
     return None if client is None else getattr(client, "cluster", None)
 
 
-class _SyncHead:
-    """A blocking Head stub whose calls carry the token (client mode has no I/O loop here)."""
-
-    def __init__(self, stub: Any, metadata: Any) -> None:
-        self._stub, self._md = stub, metadata
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._stub, name)
-        return lambda request, **kw: method(request, metadata=self._md, **kw)
-
-
-def _call_client_mode(client: Any, fn: Callable[[Any], Any], what: str) -> Any:
-    """``fn(head)`` over a blocking channel to the head (issue 13: widgets in client mode)."""
-    import grpc
-
-    from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb_grpc
-
-    channel = make_sync_channel(client.head_address, client.token)
-    try:
-        return fn(_SyncHead(pb_grpc.HeadStub(channel), auth_metadata(client.token)))
-    except grpc.RpcError as err:
-        raise to_exception(err, Peer.HEAD, what) from None  # type: ignore[arg-type]
-    finally:
-        channel.close()
-
-
 def _call(fn: Callable[[Any], Any], what: str) -> Any:
-    client = context.require_client()
-    if getattr(client, "mode", "") == "client":
-        return _call_client_mode(client, fn, what)
-    try:
-        return client.run(lambda: fn(client.head()))
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, what) from None
+    return context.require_driver().call_head(what, fn)
 
 
 def task_events(job_id: str | None = None, limit: int = 0) -> tuple[list[TaskEvent], int]:

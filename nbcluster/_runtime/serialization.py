@@ -69,6 +69,8 @@ from typing import Any
 
 import cloudpickle
 
+from nbcluster._runtime.exceptions import SerializationError
+
 __all__ = [
     "ALIGNMENT",
     "MAGIC",
@@ -466,10 +468,6 @@ def function_hash(payload: bytes) -> bytes:
 
 
 def _serialization_error(value: object, exc: BaseException, what: str, name: str) -> TypeError:
-    try:
-        from nbcluster.exceptions import SerializationError
-    except ImportError:  # pragma: no cover - only if nbcluster.exceptions is missing
-        SerializationError = _FallbackSerializationError  # noqa: N806
     if _is_recursion_error(exc):
         message = (
             f"Could not serialize {what}: {name} is nested too deeply to pickle "
@@ -485,10 +483,6 @@ def _serialization_error(value: object, exc: BaseException, what: str, name: str
     # The message names the path already; exceptions.SerializationError would repeat it
     # if it were also passed as ``object_path``.
     return SerializationError(message)
-
-
-class _FallbackSerializationError(TypeError):
-    """Stand-in used only when ``nbcluster.exceptions`` cannot be imported."""
 
 
 def _is_recursion_error(exc: BaseException) -> bool:

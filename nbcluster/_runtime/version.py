@@ -1,6 +1,3 @@
-"""The package's version: the runtime reports it (the head's status), and the package face
-publishes it as ``nbcluster.__version__``."""
-
-__all__ = ["__version__"]
+"""nbcluster's version, kept here so the runtime (the head reports it) needs nothing above it."""
 
 __version__ = "0.1.0"

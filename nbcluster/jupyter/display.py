@@ -6,7 +6,10 @@ HTML-escaped first, because much of it (task names, tracebacks, addresses) comes
 user code and must never be interpreted as markup.
 
 Data comes from :mod:`nbcluster.state` only. Rendering a ref or an error needs no RPC;
-rendering the cluster asks the head for its nodes once.
+rendering the cluster asks the head for its nodes once. Importing this module installs the
+``ObjectRef`` and ``TaskError`` renderers in the runtime's display registry
+(:mod:`nbcluster._runtime.display`); ``nbcluster`` has the registry import it on the first
+display.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from nbcluster import state
-from nbcluster.exceptions import NbclusterError
+from nbcluster._refs import ObjectRef
+from nbcluster._runtime import display
+from nbcluster.exceptions import NbclusterError, TaskError
 
 if TYPE_CHECKING:
     from nbcluster._api import ClusterInfo
-    from nbcluster._refs import ObjectRef
-    from nbcluster.exceptions import TaskError
 
 __all__ = [
     "ClusterStatus",
@@ -360,3 +363,7 @@ def task_error_html(err: TaskError) -> str:
         where=_error_where(err),
         traceback=err.traceback_str or repr(err.cause),
     )
+
+
+display.set_renderer(ObjectRef, display.Renderer(object_ref_mimebundle, object_ref_html))
+display.set_renderer(TaskError, display.Renderer(task_error_mimebundle, task_error_html))

@@ -8,13 +8,10 @@ remove_placement_group(pg)           # ends the tasks and actors running in it
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
-from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.scheduling.policy import PG_STRATEGIES
 
 __all__ = [
@@ -24,8 +21,6 @@ __all__ = [
     "get_placement_group",
     "placement_group_table",
 ]
-
-_STATE = {0: "PENDING", 1: "CREATED", 2: "REMOVED"}
 
 
 class PlacementGroup:
@@ -43,8 +38,7 @@ class PlacementGroup:
 
     def ready(self) -> ObjectRef:
         """A ref that becomes ready (with value True) once every bundle is reserved."""
-        client = context.require_client()
-        return client.placement_ready_ref(self.id)
+        return context.require_driver().placement_group_ready(self.id)
 
     def wait(self, timeout_seconds: float = 30) -> bool:
         """Block until the group is created (True) or ``timeout_seconds`` pass (False)."""
@@ -118,28 +112,8 @@ def placement_group(
         raise ValueError(f"lifetime must be None or 'detached', got {lifetime!r}")
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}")
-    client = context.require_client()
-    pg_id = os.urandom(16)
-    info = pb.PlacementGroupInfo(
-        pg_id=pg_id,
-        name=name,
-        bundles=[pb.Bundle(resources=b) for b in specs],
-        strategy=strategy,
-        detached=lifetime == "detached",
-        job_id=client.job_id,
-        namespace=client.namespace,
-    )
-    try:
-        reply = client.run(
-            lambda: client.head().CreatePlacementGroup(
-                pb.CreatePlacementGroupRequest(pg=info), timeout=10
-            )
-        )
-    except RpcError as err:
-        if err.code().name == "ALREADY_EXISTS":
-            raise ValueError(err.details()) from None
-        raise to_exception(err, Peer.HEAD, "CreatePlacementGroup") from None
-    client.remember_placement_group(reply)  # placed already: ready() need not ask
+    driver = context.require_driver()
+    pg_id = driver.create_placement_group(specs, strategy, name, lifetime == "detached")
     return PlacementGroup(pg_id, specs, name)
 
 
@@ -149,59 +123,18 @@ def remove_placement_group(pg: PlacementGroup) -> None:
         raise TypeError(
             f"remove_placement_group() expects a PlacementGroup, got {type(pg).__name__}"
         )
-    client = context.require_client()
-    try:
-        client.run(
-            lambda: client.head().RemovePlacementGroup(
-                pb.PlacementGroupRequest(pg_id=pg.id), timeout=30
-            )
-        )
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "RemovePlacementGroup") from None
-    client.forget_placement_group(pg.id)
+    context.require_driver().remove_placement_group(pg.id)
 
 
 def get_placement_group(name: str) -> PlacementGroup:
     """The live placement group called ``name`` (in the job's namespace)."""
-    client = context.require_client()
-    try:
-        info = client.run(
-            lambda: client.head().GetPlacementGroup(
-                pb.PlacementGroupRequest(name=name, namespace=client.namespace), timeout=10
-            )
-        )
-    except RpcError as err:
-        if err.code().name == "NOT_FOUND":
-            raise ValueError(f"Failed to look up placement group with name {name!r}") from None
-        raise to_exception(err, Peer.HEAD, "GetPlacementGroup") from None
-    return PlacementGroup(info.pg_id, [dict(b.resources) for b in info.bundles], info.name)
-
-
-def _row(info: pb.PlacementGroupInfo) -> dict[str, Any]:
-    return {
-        "placement_group_id": info.pg_id.hex(),
-        "name": info.name,
-        "bundles": {i: dict(b.resources) for i, b in enumerate(info.bundles)},
-        "bundles_to_node_id": {i: n.hex() for i, n in enumerate(info.bundle_node_ids)},
-        "strategy": info.strategy,
-        "state": _STATE.get(info.state, str(info.state)),
-        "stats": {"message": info.message},
-        "detached": info.detached,
-    }
+    pg_id, bundles, found = context.require_driver().get_placement_group(name)
+    return PlacementGroup(pg_id, bundles, found)
 
 
 def placement_group_table(pg: PlacementGroup | None = None) -> dict[str, Any]:
     """State of one group, or of all groups keyed by id."""
-    client = context.require_client()
-    try:
-        if pg is not None:
-            info = client.run(
-                lambda: client.head().GetPlacementGroup(
-                    pb.PlacementGroupRequest(pg_id=pg.id), timeout=10
-                )
-            )
-            return _row(info)
-        reply = client.run(lambda: client.head().ListPlacementGroups(pb.Empty(), timeout=10))
-    except RpcError as err:
-        raise to_exception(err, Peer.HEAD, "placement_group_table") from None
-    return {g.pg_id.hex(): _row(g) for g in reply.groups}
+    rows = context.require_driver().placement_group_table(None if pg is None else pg.id)
+    if pg is not None:
+        return rows[0]
+    return {row["placement_group_id"]: row for row in rows}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import nbcluster._runtime.config as config_mod
+from nbcluster._runtime import config as config_mod
 from nbcluster.config import Config
 
 

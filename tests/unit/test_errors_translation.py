@@ -175,3 +175,24 @@ def test_translate_lets_other_exceptions_through() -> None:
 
     with pytest.raises(KeyError, match="not grpc"):
         asyncio.run(call())
+
+
+# --------------------------------------------------------------------------- names taken or unknown
+
+
+def test_already_exists_is_a_value_error_with_the_peers_text() -> None:
+    err = to_exception(
+        rpc_error(grpc.StatusCode.ALREADY_EXISTS, "actor name 'a' is taken in namespace ''"),
+        Peer.HEAD,
+        "RegisterActor",
+    )
+    assert type(err) is ValueError
+    assert str(err) == "actor name 'a' is taken in namespace ''"
+
+
+def test_not_found_is_the_callers_value_error_when_it_gives_one() -> None:
+    missing = rpc_error(grpc.StatusCode.NOT_FOUND, "no such actor")
+    err = to_exception(missing, Peer.HEAD, "GetNamedActor", not_found="Failed to look up actor")
+    assert type(err) is ValueError and str(err) == "Failed to look up actor"
+    plain = to_exception(missing, Peer.HEAD, "GetNamedActor")
+    assert type(plain) is exc.NbclusterSystemError

@@ -13,6 +13,9 @@ import cloudpickle
 import pytest
 
 import nbcluster.exceptions as exc_mod
+from nbcluster._runtime.exceptions import base as _error_base
+from nbcluster._runtime.exceptions import task as _task_errors
+from nbcluster._runtime.exceptions.base import _truncate_traceback
 from nbcluster.exceptions import (
     MAX_TRACEBACK_BYTES,
     ActorDiedError,
@@ -47,7 +50,6 @@ from nbcluster.exceptions import (
     TaskUnschedulableError,
     UnserializableException,
     WorkerCrashedError,
-    _truncate_traceback,
 )
 
 # --------------------------------------------------------------------------- helpers
@@ -326,7 +328,7 @@ def test_dual_of_a_class_defined_in_a_function_round_trips() -> None:
 def test_dual_is_rebuilt_by_a_module_level_function() -> None:
     dual = raise_and_wrap(ValueError("x")).as_instanceof_cause()
     rebuild, (plain,) = dual.__reduce__()
-    assert rebuild is exc_mod._rebuild_dual
+    assert rebuild is _task_errors._rebuild_dual
     assert type(plain) is TaskError
 
 
@@ -436,7 +438,7 @@ def test_truncate_accounts_for_every_byte() -> None:
 
 
 def test_leading_runtime_frames_are_dropped_from_the_traceback() -> None:
-    fake = os.path.join(exc_mod._RUNTIME_DIR, "worker", "executor.py")
+    fake = os.path.join(_error_base._RUNTIME_DIR, "worker", "executor.py")
     namespace: dict[str, Any] = {}
     src = "def run(fn):\n    try:\n        fn()\n    except Exception as e:\n        return e\n"
     exec(compile(src, fake, "exec"), namespace)

@@ -16,8 +16,8 @@ import grpc
 import grpc.aio
 import pytest
 
-from nbcluster._runtime.core import client as client_module
-from nbcluster._runtime.core.client import HeadRetry
+from nbcluster._runtime.core import head_retry as client_module
+from nbcluster._runtime.core.head_retry import HeadRetry
 
 GRACE_S = 30.0
 

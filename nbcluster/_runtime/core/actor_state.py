@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.instructions import (
     CallDone,
     CancelActorRemote,

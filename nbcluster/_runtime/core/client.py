@@ -2,7 +2,7 @@
 
 It owns the objects its process creates (``ownership.py``), submits tasks straight to
 leased workers (``submitter.py``), and answers other processes' questions about its
-objects (the ``CoreWorker`` service). Its asyncio loop runs on one background thread;
+objects (the ``CoreWorker`` service, ``service.py``). Its asyncio loop runs on one background thread;
 user threads call the synchronous methods here, which hand work to the loop.
 """
 
@@ -13,7 +13,6 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
-import json
 import logging
 import os
 import socket
@@ -22,9 +21,12 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime import proc
+from nbcluster._runtime.config import Config
 from nbcluster._runtime.core import generators
+from nbcluster._runtime.core.head_retry import HeadRetry
+from nbcluster._runtime.core.output import print_task_output
 from nbcluster._runtime.core.ownership import (
     PENDING,
     READY,
@@ -34,13 +36,12 @@ from nbcluster._runtime.core.ownership import (
     Release,
     Waiter,
 )
+from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.loops import new_event_loop
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
-from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
-from nbcluster._runtime.worker import display_hook
-from nbcluster.config import Config
+from nbcluster._runtime.serialization import SerializedValue, deserialize
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,6 +115,8 @@ class CoreClient:
         self.task_observer: Callable[[bytes, str, Any], None] | None = None
         # actor id -> (actor class, args, kwargs, name, namespace, lifetime) of those made here
         self.actor_creations: dict[bytes, tuple[Any, ...]] = {}
+        # Called when get()/wait() is interrupted by Ctrl-C (the Jupyter layer sets it).
+        self.interrupt_handler: Callable[[], None] | None = None
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self, servicer_factory: Callable[[CoreClient], Any] | None = None) -> None:
@@ -162,6 +165,16 @@ class CoreClient:
         except BaseException:
             fut.cancel()
             raise
+
+    def call_head(
+        self, what: str, call: Callable[[Any], Any], *, not_found: str | None = None
+    ) -> Any:
+        """``call(head stub)`` run on the I/O loop; a gRPC error is raised as nbcluster's
+        exception for it (``protocol/errors.py``; ``not_found``: the ``ValueError`` text)."""
+        try:
+            return self.run(lambda: call(self.head()))
+        except RpcError as err:
+            raise to_exception(err, Peer.HEAD, what, not_found=not_found) from None
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Schedule ``fn(*args)`` on the I/O loop (thread-safe), outside the caller's contextvars."""
@@ -728,76 +741,6 @@ class CoreClient:
         if info.state == pb.PlacementGroupInfo.CREATED:
             self._pg_cache[info.pg_id] = info
 
-    def placement_ready_ref(self, pg_id: bytes) -> Any:
-        """An owned ref that becomes ready (True) when the group is created."""
-        from nbcluster._refs import ObjectRef
-
-        oid = self.next_task_id() + (0).to_bytes(4, "big")
-        entry = self.table.create_owned(oid)
-        ref = ObjectRef._new(oid, self.address, self)
-
-        async def watch() -> None:
-            try:
-                info = await self.placement_group_info(pg_id)
-                if info.state == pb.PlacementGroupInfo.CREATED:
-                    kwargs: dict[str, Any] = {"data": serialize(True).to_bytes()}
-                else:
-                    kwargs = {
-                        "exc": exc.NbclusterError(
-                            "the placement group was removed before it was created"
-                        )
-                    }
-            except RpcError as err:
-                kwargs = {"exc": to_exception(err, Peer.HEAD, "WaitPlacementGroup")}
-            except asyncio.CancelledError:
-                return
-            with self.table.lock:
-                entry.set_ready(**kwargs)
-            self.table.wake(entry)
-            self.submitter.object_ready(entry)
-
-        self.call_soon(lambda: self.loop.create_task(watch()))
-        return ref
-
-
-class HeadRetry:
-    """Calls to the head that retry while it is unreachable, up to the grace period.
-
-    A head restart (or a short network cut) is then invisible to callers; once a call has
-    failed for ``head_grace_period_s`` (counted from its first failure) the last error
-    surfaces (as ``HeadUnavailableError`` once translated).
-    """
-
-    def __init__(self, client: CoreClient) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        client = self._client
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            # From the first failure: a long poll may have waited longer than the grace
-            # period before the head went away.
-            deadline: float | None = None
-            delay = 0.05
-            while True:
-                method = getattr(client.channels.stub(client.head_address, "head"), name)
-                try:
-                    return await method(*args, **kwargs)
-                except RpcError as err:
-                    if deadline is None:
-                        deadline = time.monotonic() + client.config.head_grace_period_s
-                    if (
-                        err.code().name != "UNAVAILABLE"
-                        or client.closed
-                        or time.monotonic() > deadline
-                    ):
-                        raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-        self.__dict__[name] = call
-        return call
-
 
 #: How long a driver that exits with tasks still running waits for what they printed.
 EXIT_OUTPUT_GRACE_S = 0.5
@@ -816,48 +759,6 @@ class SourceUnavailable(Exception):
         self.address = address
 
 
-def print_task_output(context: Any, name: str, record: Any) -> None:
-    """Default output handler: print with a ``(name pid=N)`` prefix, as Ray does."""
-    import sys
-
-    out = sys.stderr if record.stream == "stderr" else sys.stdout
-    prefix = f"({name} pid={record.pid}) "
-    text = record.text
-    if record.stream == "display":  # a rich display() from the task
-        if text and display_hook.forward(text):
-            return  # on a worker, inside a task: passed on to that task's owner, still rich
-        text = display_text(text, record.dropped_lines)
-        if text:
-            out.write("".join(prefix + line for line in text.splitlines(keepends=True)))
-        out.flush()
-        return
-    if text:
-        lines = text.splitlines(keepends=True)
-        out.write("".join(prefix + line for line in lines))
-        if not text.endswith("\n"):
-            out.write("\n")
-    if record.dropped_lines:
-        out.write(
-            f"{prefix}[... {record.dropped_lines} more lines folded by the output rate limit ...]\n"
-        )
-    out.flush()
-
-
-def display_text(text: str, dropped: int = 0) -> str:
-    """The ``text/plain`` of a display record (JSON ``{"data", "metadata"}``), one line
-    per line, and a note of the display outputs folded by the rate limit."""
-    out = ""
-    if text:
-        try:
-            plain = json.loads(text)["data"]["text/plain"]
-        except (ValueError, KeyError, TypeError):
-            plain = "<display output>"
-        out = str(plain) if str(plain).endswith("\n") else f"{plain}\n"
-    if dropped:
-        out += f"[... {dropped} more display outputs folded by the output rate limit ...]\n"
-    return out
-
-
 def _raise_fd_limit() -> None:
     import resource
 
@@ -873,85 +774,6 @@ def _as_raisable(value: Any) -> BaseException:
     if isinstance(value, BaseException):
         return value
     return exc.NbclusterSystemError(f"an error object of unexpected type {type(value).__name__}")
-
-
-class CoreWorkerService(pb_grpc.CoreWorkerServicer):
-    """Answers other processes about objects this process owns."""
-
-    def __init__(self, client: CoreClient) -> None:
-        self.client = client
-
-    async def GetObjectStatus(
-        self, request: pb.ObjectStatusRequest, context: Any
-    ) -> pb.ObjectStatusReply:
-        client = self.client
-        entry = client.table.get(request.object_id)
-        if entry is None or not entry.owned:
-            return pb.ObjectStatusReply(status=pb.ObjectStatusReply.UNKNOWN)
-        if entry.state != READY:
-            waiter = asyncio.get_running_loop().create_future()
-            client.submitter.add_async_waiter(entry, waiter)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(waiter, timeout=max(0.0, request.timeout) or None)
-            if entry.state != READY:
-                return pb.ObjectStatusReply(status=pb.ObjectStatusReply.PENDING)
-        return location_reply(request.object_id, entry)
-
-    async def UpdateBorrows(self, request: pb.BorrowRequest, context: Any) -> pb.Empty:
-        release = self.client.table.update_borrowers(
-            request.object_ids, request.borrower_address, request.add
-        )
-        if release:
-            self.client._queue_release(release)
-        return pb.Empty()
-
-    async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
-        return pb.Empty()
-
-    async def TaskChannel(self, request: pb.Empty, context: Any) -> pb.TaskChannelReply:
-        return pb.TaskChannelReply()  # a driver serves no task channel
-
-    async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
-        import grpc
-
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "a driver does not execute tasks")
-        yield pb.ReplyBatch()  # pragma: no cover
-
-    async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
-        return pb.Empty()
-
-    async def Ping(self, request: pb.Empty, context: Any) -> pb.Empty:
-        return pb.Empty()
-
-    async def CreateActor(self, request: pb.TaskSpec, context: Any) -> pb.TaskReply:
-        import grpc
-
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "a driver does not host actors")
-        return pb.TaskReply()  # pragma: no cover
-
-
-def location_reply(object_id: bytes, entry: Entry) -> pb.ObjectStatusReply:
-    """Describe a ready object for a borrower."""
-    if entry.exc is not None:
-        data = serialize(entry.exc).to_bytes()
-        return pb.ObjectStatusReply(
-            status=pb.ObjectStatusReply.READY,
-            is_error=True,
-            location=pb.ObjectLocation(object_id=object_id, data=data, size=len(data)),
-        )
-    return pb.ObjectStatusReply(
-        status=pb.ObjectStatusReply.READY,
-        is_error=entry.is_error,
-        location=pb.ObjectLocation(
-            object_id=object_id,
-            data=entry.data if not entry.in_store else b"",
-            in_store=entry.in_store,
-            size=entry.size,
-            node_id=entry.node_id,
-            node_address=entry.node_address,
-            owner_address=entry.owner,
-        ),
-    )
 
 
 def _resolve_once(fut: asyncio.Future[None]) -> None:

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.ownership import PENDING, Release
 from nbcluster._runtime.protocol.protos import generators_pb2 as gpb
 from nbcluster._runtime.protocol.protos import generators_pb2_grpc as gpb_grpc

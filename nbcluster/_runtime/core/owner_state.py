@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.instructions import (
     AskExitInfo,
     CancelActorCall,

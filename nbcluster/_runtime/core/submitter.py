@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core import instructions as ins
 from nbcluster._runtime.core.channel import StreamOpener
 from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState

@@ -541,7 +541,7 @@ class HeadService(pb_grpc.HeadServicer):
             session_name=self.session_name,
             session_dir=self.session_dir,
             start_time=self.start_time,
-            version=_version(),
+            version=__version__,
             nodes=[node_info(n) for n in self.state.live_nodes()],
         )
 
@@ -564,7 +564,3 @@ class HeadService(pb_grpc.HeadServicer):
                 await channel.close()
 
         await asyncio.gather(*(stop(n.address) for n in self.state.live_nodes()))
-
-
-def _version() -> str:
-    return __version__

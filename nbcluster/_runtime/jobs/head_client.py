@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.protocol.errors import Peer, to_exception
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 import grpc
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.protocol.errors import Peer, to_exception
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc

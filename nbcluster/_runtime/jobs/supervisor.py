@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime import proc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.jobs import logfiles

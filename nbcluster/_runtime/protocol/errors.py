@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 
 __all__ = ["Peer", "translate", "to_exception", "is_unavailable", "RpcError"]
 
@@ -43,11 +43,21 @@ def is_unavailable(err: BaseException) -> bool:
     return isinstance(err, RpcError) and err.code() in _UNAVAILABLE
 
 
-def to_exception(err: RpcError, peer: Peer, what: str = "") -> Exception:
-    """Map one gRPC error from ``peer`` to the public exception a user should see."""
+def to_exception(
+    err: RpcError, peer: Peer, what: str = "", *, not_found: str | None = None
+) -> Exception:
+    """Map one gRPC error from ``peer`` to the public exception a user should see.
+
+    ``ALREADY_EXISTS`` (a name taken) is a ``ValueError`` with the peer's text; ``NOT_FOUND``
+    is a ``ValueError(not_found)`` when the caller gives that text (a lookup by name).
+    """
     code = err.code()
     details = err.details() or ""
     where = f"{peer.value} ({what})" if what else peer.value
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return ValueError(details)
+    if code == grpc.StatusCode.NOT_FOUND and not_found is not None:
+        return ValueError(not_found)
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return exc.AuthenticationError(
             f"the {where} refused the call: no cluster token was sent. "

@@ -11,20 +11,30 @@ import asyncio
 import os
 from pathlib import Path
 
-from nbcluster._runtime import proc
+from nbcluster._runtime import context, proc
+from nbcluster._runtime.config import Config
+from nbcluster._runtime.core.connect import connect_driver
+from nbcluster._runtime.core.driver import CoreDriver
 from nbcluster._runtime.protocol.rpc import bind, make_server, pb_grpc
+from nbcluster._runtime.proxy.server import ProxyService
+from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 
 
 async def serve(args: argparse.Namespace) -> None:
-    import nbcluster
-    from nbcluster._runtime.proxy.server import ProxyService
-
+    """Connect as a driver, serve ``ClientProxy`` until told to stop, then disconnect."""
     session_dir = Path(args.session_dir)
     token = proc.read_token(args.token_file)
     proc.setup_logging("WARNING", session_dir / "logs" / "proxy.log", "proxy")
     os.environ["NBCLUSTER_TOKEN_FILE"] = args.token_file
-    await asyncio.to_thread(nbcluster.init, address=args.head_address, namespace="")
-    service = ProxyService()
+    config = Config.from_env()
+    env_json = await asyncio.to_thread(
+        runtime_env_driver.resolve_job_env, args.head_address, token, config.temp_dir, None
+    )
+    client = await asyncio.to_thread(connect_driver, config, args.head_address, token, "")
+    runtime_env_driver.set_job_env(client, env_json)
+    driver = CoreDriver(client)
+    context.set_client(client, driver)
+    service = ProxyService(driver)
     server = make_server(token)
     pb_grpc.add_ClientProxyServicer_to_server(service, server)
     port = bind(server, "127.0.0.1", 0)
@@ -39,7 +49,8 @@ async def serve(args: argparse.Namespace) -> None:
     await stop.wait()
     reaper.cancel()
     await server.stop(grace=0.5)
-    await asyncio.to_thread(nbcluster.shutdown)
+    context.set_client(None)
+    await asyncio.to_thread(driver.shutdown)
 
 
 def main(argv: list[str] | None = None) -> None:

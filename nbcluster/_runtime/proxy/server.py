@@ -2,10 +2,11 @@
 
 A notebook that can reach only the head talks to ``ClientProxy/Call`` on the head's port;
 the head relays the bytes to this process. Here payloads are unpickled (this is a driver:
-it runs user code anyway), the call is made with the ordinary API, and the result is
-pickled back. Objects and actors stay owned by this process, per client session, until the
-client releases them or disconnects; so a client whose link drops for a while finds its
-work intact when it comes back.
+it runs user code anyway), the named :class:`~nbcluster._runtime.driver.Driver` call is
+made on this process's ``CoreDriver``, and the result is pickled back, with every ref in it
+registered in the client's session. Objects and actors stay owned by this process, per
+client session, until the client releases them or disconnects; so a client whose link
+drops for a while finds its work intact when it comes back.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
+import grpc
 
-import nbcluster
-from nbcluster._actor import ActorClass, ActorHandle
-from nbcluster._refs import ObjectRef
-from nbcluster._remote import RemoteFunction
 from nbcluster._runtime import context
+from nbcluster._runtime import exceptions as exc
+from nbcluster._runtime.core.driver import CoreDriver
+from nbcluster._runtime.driver import DRIVER_CALLS, ActorRecord
 from nbcluster._runtime.protocol.rpc import pb, pb_grpc
-from nbcluster._runtime.serialization import function_hash
+from nbcluster._runtime.refs import ObjectRef, _rebuild_ref
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,12 @@ _current_session: contextvars.ContextVar[Session | None] = contextvars.ContextVa
 
 
 class Session:
-    """What one client holds: its refs, actor handles and cached functions."""
+    """What one client holds: its refs, and the actors it created (owned here)."""
 
     def __init__(self, sid: bytes) -> None:
         self.sid = sid
         self.refs: dict[bytes, ObjectRef] = {}
-        self.actors: dict[bytes, ActorHandle] = {}
-        self.functions: dict[bytes, RemoteFunction[Any]] = {}
-        self.classes: dict[bytes, ActorClass[Any]] = {}
+        self.actors: set[bytes] = set()
         self.last_seen = time.monotonic()
         self.lock = threading.Lock()
 
@@ -61,7 +60,7 @@ class Session:
         with self.lock:
             ref = self.refs.get(oid)
         if ref is None:
-            raise nbcluster.exceptions.ObjectFreedError(oid.hex(), "the client released this ref")
+            raise exc.ObjectFreedError(oid.hex(), "the client released this ref")
         return ref
 
 
@@ -75,7 +74,7 @@ context.client_ref_resolver = resolve_client_ref
 
 
 class _ToClientPickler(cloudpickle.CloudPickler):
-    """Pickles results for the client: real refs and handles become client-side stand-ins."""
+    """Pickles results for the client: real refs become client-side stand-ins."""
 
     def __init__(self, file: io.BytesIO, session: Session) -> None:
         super().__init__(file, protocol=5)
@@ -83,14 +82,7 @@ class _ToClientPickler(cloudpickle.CloudPickler):
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, ObjectRef):
-            from nbcluster._refs import _rebuild_ref
-
             return (_rebuild_ref, (self.session.register(obj), CLIENT_OWNER))
-        if isinstance(obj, ActorHandle):
-            self.session.actors[obj._actor_id] = obj
-            from nbcluster._actor import _rebuild_handle
-
-            return (_rebuild_handle, (obj._actor_id, obj._meta))
         return super().reducer_override(obj)
 
 
@@ -101,33 +93,30 @@ def dumps_for_client(value: Any, session: Session) -> bytes:
 
 
 class ProxyService(pb_grpc.ClientProxyServicer):
-    """Runs client API calls with this process's driver connection."""
+    """Runs client Driver calls with this process's driver connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver: CoreDriver) -> None:
+        self.driver = driver
         self.sessions: dict[bytes, Session] = {}
         self.ops: dict[str, Callable[[Session, Any], Any]] = {
-            "connect": self._connect,
-            "put": self._put,
-            "get": self._get,
-            "wait": self._wait,
-            "task": self._task,
-            "actor_create": self._actor_create,
-            "actor_call": self._actor_call,
-            "get_actor": self._get_actor,
-            "kill": self._kill,
-            "cancel": self._cancel,
-            "release": self._release,
-            "disconnect": self._disconnect,
-            "nodes": lambda s, a: nbcluster.nodes(),
-            "cluster_resources": lambda s, a: nbcluster.cluster_resources(),
-            "available_resources": lambda s, a: nbcluster.available_resources(),
+            name: self._forward(name) for name in DRIVER_CALLS
         }
+        self.ops.update(
+            {
+                "connect": self._connect,
+                "create_actor": self._create_actor,
+                "release": self._release,
+                "disconnect": self._disconnect,
+            }
+        )
+
+    def _forward(self, name: str) -> Callable[[Session, Any], Any]:
+        method = getattr(self.driver, name)
+        return lambda s, args: method(*args)
 
     async def Call(self, request: pb.ClientRequest, context: Any) -> pb.ClientReply:
         op = self.ops.get(request.op)
         if op is None:
-            import grpc
-
             await context.abort(
                 grpc.StatusCode.UNIMPLEMENTED, f"unknown client operation {request.op!r}"
             )
@@ -156,85 +145,43 @@ class ProxyService(pb_grpc.ClientProxyServicer):
             try:
                 data = cloudpickle.dumps(e)
             except Exception:  # noqa: BLE001
-                data = cloudpickle.dumps(nbcluster.exceptions.NbclusterSystemError(repr(e)))
+                data = cloudpickle.dumps(exc.NbclusterSystemError(repr(e)))
             return pb.ClientReply(payload=data, is_error=True)
         finally:
             _current_session.reset(token)
 
-    # -- operations -------------------------------------------------------------------------
+    # -- operations that are not plain Driver calls ---------------------------------------------
     def _connect(self, s: Session, args: Any) -> dict[str, Any]:
-        from nbcluster import state
+        client = self.driver.client
+        return {
+            "session": s.sid,
+            "address": client.head_address,
+            "session_dir": client.session_dir,
+            "node_id": client.node_id.hex(),
+            "job_id": client.job_id.hex(),
+            "started_here": False,
+        }
 
-        return {"session": s.sid, **state.session_info()}
-
-    def _put(self, s: Session, value: Any) -> ObjectRef:
-        return nbcluster.put(value)
-
-    def _get(self, s: Session, args: tuple[list[ObjectRef], float | None]) -> list[Any]:
-        refs, timeout = args
-        return nbcluster.get(refs, timeout=timeout)
-
-    def _wait(self, s: Session, args: tuple[list[ObjectRef], int, float | None]) -> list[bytes]:
-        refs, num_returns, timeout = args
-        ready, _ = nbcluster.wait(refs, num_returns=num_returns, timeout=timeout)
-        return [r.binary() for r in ready]
-
-    def _task(self, s: Session, args: tuple[bytes, Any, tuple[Any, ...], dict[str, Any]]) -> Any:
-        payload, opts, a, kw = args
-        key = function_hash(payload)
-        rf = s.functions.get(key)
-        if rf is None:
-            rf = s.functions[key] = RemoteFunction(cloudpickle.loads(payload), opts)
-        return rf._remote(a, kw, opts)
-
-    def _actor_create(
-        self, s: Session, args: tuple[bytes, Any, tuple[Any, ...], dict[str, Any]]
-    ) -> ActorHandle:
-        payload, opts, a, kw = args
-        key = function_hash(payload)
-        ac = s.classes.get(key)
-        if ac is None:
-            ac = s.classes[key] = ActorClass(cloudpickle.loads(payload), opts)
-        handle = ac._create(a, kw, opts)
-        s.actors[handle._actor_id] = handle
-        return handle
-
-    def _handle(self, s: Session, actor_id: bytes, meta: dict[str, Any]) -> ActorHandle:
-        h = s.actors.get(actor_id)
-        if h is None:
-            h = s.actors[actor_id] = ActorHandle._new(
-                actor_id, meta, nbcluster._api.context.require_client(), owned=False
-            )
-        return h
-
-    def _actor_call(
-        self,
-        s: Session,
-        args: tuple[Any, ...],
-    ) -> Any:
-        actor_id, meta, method, a, kw, n = args[:6]
-        call_options = args[6] if len(args) > 6 else {}  # concurrency_group, enable_task_events
-        return self._handle(s, actor_id, meta)._call(method, a, kw, n, **call_options)
-
-    def _get_actor(self, s: Session, args: tuple[str, str | None]) -> ActorHandle:
-        h = nbcluster.get_actor(args[0], namespace=args[1])
-        s.actors[h._actor_id] = h
-        return h
-
-    def _kill(self, s: Session, args: tuple[bytes, dict[str, Any], bool]) -> None:
-        actor_id, meta, no_restart = args
-        nbcluster.kill(self._handle(s, actor_id, meta), no_restart=no_restart)
-
-    def _cancel(self, s: Session, args: tuple[ObjectRef, bool]) -> None:
-        nbcluster.cancel(args[0], force=args[1])
+    def _create_actor(self, s: Session, args: tuple[Any, ...]) -> ActorRecord:
+        record = self.driver.create_actor(*args)
+        if record.owned:  # the session holds it: it lives until the client lets go
+            self.driver.add_actor_handle(record.actor_id)
+            s.actors.add(record.actor_id)
+        return ActorRecord(record.actor_id, record.meta, owned=False)
 
     def _release(self, s: Session, ids: list[bytes]) -> None:
         with s.lock:
             for oid in ids:
                 s.refs.pop(oid, None)
 
-    def _disconnect(self, s: Session, args: Any) -> None:
+    def _drop(self, s: Session) -> None:
         self.sessions.pop(s.sid, None)
+        for actor_id in s.actors:
+            self.driver.remove_actor_handle(actor_id)
+        s.actors.clear()
+
+    def _disconnect(self, s: Session, args: Any) -> None:
+        self._drop(s)
 
     async def reap_idle(self) -> None:
         """Drop sessions whose client has been silent for SESSION_IDLE_S."""
@@ -244,4 +191,4 @@ class ProxyService(pb_grpc.ClientProxyServicer):
             for sid, s in list(self.sessions.items()):
                 if now - s.last_seen > SESSION_IDLE_S:
                     log.info("dropping idle client session %s", sid.hex()[:8])
-                    self.sessions.pop(sid, None)
+                    self._drop(s)

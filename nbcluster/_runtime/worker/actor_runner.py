@@ -19,7 +19,7 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from nbcluster import exceptions as exc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.loops import new_event_loop
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize

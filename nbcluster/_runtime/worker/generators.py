@@ -22,9 +22,9 @@ import contextvars
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from nbcluster._generator import DynamicObjectRefGenerator
 from nbcluster._runtime.core import generators as core_gen
 from nbcluster._runtime.protocol.protos import generators_pb2 as gpb
+from nbcluster._runtime.ref_generators import DynamicObjectRefGenerator
 from nbcluster._runtime.worker.returns import place, serialize_value
 
 if TYPE_CHECKING:

@@ -25,12 +25,14 @@ from typing import Any
 import cloudpickle
 import grpc
 
-from nbcluster import exceptions as exc
 from nbcluster._runtime import context, proc
+from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.channel import ChannelServer
-from nbcluster._runtime.core.client import CoreClient, CoreWorkerService
+from nbcluster._runtime.core.client import CoreClient
+from nbcluster._runtime.core.driver import CoreDriver
+from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol import faults, tls
 from nbcluster._runtime.protocol.errors import RpcError
@@ -760,7 +762,7 @@ def main() -> None:
     client.start(lambda c: WorkerService(c, executor))
     if config.task_channels:
         client.run(client.service.start_channels())
-    context.set_client(client)
+    context.set_client(client, CoreDriver(client))
     reply = client.run(
         lambda: client.node().RegisterWorker(
             pb.WorkerRegisterRequest(worker_id=worker_id, pid=os.getpid(), address=client.address),

@@ -1,0 +1,123 @@
+"""Placement groups as the driver asks for them: create, remove, look up, list, ``ready()``.
+
+The API (``nbcluster.util.placement_group``) validates the bundles and the strategy; these
+functions make the head calls (their gRPC errors become nbcluster's exceptions here) and
+keep the client's cache of created groups, so ``ready()`` of a group the head placed at
+once needs no round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nbcluster._runtime import exceptions as exc
+from nbcluster._runtime.core.client import CoreClient
+from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.refs import ObjectRef
+from nbcluster._runtime.serialization import serialize
+
+__all__ = ["create", "get_by_name", "ready_ref", "remove", "table"]
+
+_STATE = {0: "PENDING", 1: "CREATED", 2: "REMOVED"}
+
+
+def create(
+    client: CoreClient,
+    pg_id: bytes,
+    bundles: list[dict[str, float]],
+    strategy: str,
+    name: str,
+    detached: bool,
+) -> bytes:
+    """Ask the head to reserve ``bundles`` as group ``pg_id``; returns ``pg_id`` at once."""
+    info = pb.PlacementGroupInfo(
+        pg_id=pg_id,
+        name=name,
+        bundles=[pb.Bundle(resources=b) for b in bundles],
+        strategy=strategy,
+        detached=detached,
+        job_id=client.job_id,
+        namespace=client.namespace,
+    )
+    request = pb.CreatePlacementGroupRequest(pg=info)
+    reply = client.call_head(
+        "CreatePlacementGroup", lambda head: head.CreatePlacementGroup(request, timeout=10)
+    )
+    client.remember_placement_group(reply)  # placed already: ready() need not ask
+    return pg_id
+
+
+def remove(client: CoreClient, pg_id: bytes) -> None:
+    """Release a group (the head ends the work running in it)."""
+    request = pb.PlacementGroupRequest(pg_id=pg_id)
+    client.call_head(
+        "RemovePlacementGroup", lambda head: head.RemovePlacementGroup(request, timeout=30)
+    )
+    client.forget_placement_group(pg_id)
+
+
+def get_by_name(client: CoreClient, name: str) -> tuple[bytes, list[dict[str, float]], str]:
+    """(id, bundles, name) of the group called ``name`` in the job's namespace."""
+    request = pb.PlacementGroupRequest(name=name, namespace=client.namespace)
+    info = client.call_head(
+        "GetPlacementGroup",
+        lambda head: head.GetPlacementGroup(request, timeout=10),
+        not_found=f"Failed to look up placement group with name {name!r}",
+    )
+    return info.pg_id, [dict(b.resources) for b in info.bundles], info.name
+
+
+def _row(info: pb.PlacementGroupInfo) -> dict[str, Any]:
+    return {
+        "placement_group_id": info.pg_id.hex(),
+        "name": info.name,
+        "bundles": {i: dict(b.resources) for i, b in enumerate(info.bundles)},
+        "bundles_to_node_id": {i: n.hex() for i, n in enumerate(info.bundle_node_ids)},
+        "strategy": info.strategy,
+        "state": _STATE.get(info.state, str(info.state)),
+        "stats": {"message": info.message},
+        "detached": info.detached,
+    }
+
+
+def table(client: CoreClient, pg_id: bytes | None) -> list[dict[str, Any]]:
+    """Rows of one group (``pg_id``) or of every group."""
+    what = "placement_group_table"
+    if pg_id is not None:
+        request = pb.PlacementGroupRequest(pg_id=pg_id)
+        info = client.call_head(what, lambda head: head.GetPlacementGroup(request, timeout=10))
+        return [_row(info)]
+    reply = client.call_head(what, lambda head: head.ListPlacementGroups(pb.Empty(), timeout=10))
+    return [_row(g) for g in reply.groups]
+
+
+def ready_ref(client: CoreClient, pg_id: bytes) -> ObjectRef:
+    """An owned ref that becomes ready (True) when the group is created."""
+    oid = client.next_task_id() + (0).to_bytes(4, "big")
+    entry = client.table.create_owned(oid)
+    ref = ObjectRef._new(oid, client.address, client)
+
+    async def watch() -> None:
+        try:
+            info = await client.placement_group_info(pg_id)
+            if info.state == pb.PlacementGroupInfo.CREATED:
+                kwargs: dict[str, Any] = {"data": serialize(True).to_bytes()}
+            else:
+                kwargs = {
+                    "exc": exc.NbclusterError(
+                        "the placement group was removed before it was created"
+                    )
+                }
+        except RpcError as err:
+            kwargs = {"exc": to_exception(err, Peer.HEAD, "WaitPlacementGroup")}
+        except asyncio.CancelledError:
+            return
+        with client.table.lock:
+            entry.set_ready(**kwargs)
+        client.table.wake(entry)
+        client.submitter.object_ready(entry)
+
+    client.call_soon(lambda: client.loop.create_task(watch()))
+    return ref
