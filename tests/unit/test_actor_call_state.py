@@ -218,3 +218,19 @@ def test_moving_to_a_new_address_retries_or_fails_what_the_old_stream_carried() 
     assert [f.record for f in fails] == [once]
     assert ins.ConnectActor(conn, "w:2", 2) in out
     assert ins.SendActorCalls(conn, [again]) in out and again.spec.attempt == 1
+
+
+def test_a_stream_broken_by_our_own_kill_says_the_actor_was_killed() -> None:
+    st = ActorCallState()
+    running = _call(retries=3)  # retries do not apply: the kill is no_restart
+    conn, _ = _alive(st, running)
+    st.killing(AID)  # nbcluster.kill() queued this before asking the head
+    out = st.stream_ended(conn, 1)  # the worker died before the head's news came
+    fail = [i for i in out if type(i) is ins.Fail][0]
+    assert fail.record is running and "killed with nbcluster.kill()" in str(fail.error)
+    other = ActorCallState()
+    conn2, _ = _alive(other, _call())
+    other.killing(AID)
+    other.kill_aborted(AID)  # the kill never reached the head
+    out = other.stream_ended(conn2, 1)
+    assert "died, or the connection to it broke" in str(out[1].error)

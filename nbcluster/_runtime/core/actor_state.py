@@ -62,6 +62,7 @@ class ActorConn:
         self.streams = 0  # streams opened so far
         self.watching = False
         self.death: BaseException | None = None
+        self.killing = False  # nbcluster.kill(no_restart=True) is on its way to the head
         self.kill_when_idle = False
         # The shell's side: the stream itself, what waits to be written, whether a writer
         # runs. The state machine never reads these.
@@ -167,26 +168,42 @@ class ActorCallState:
         out: Out = []
         retry = []
         for rec in conn.inflight.values():
-            if rec.retries_left != 0 and conn.death is None:
+            if rec.retries_left != 0 and conn.death is None and not conn.killing:
                 rec.retries_left -= 1
                 rec.spec.attempt += 1
                 retry.append(rec)
             else:
-                out += [
-                    CallDone(rec),
-                    Fail(
-                        rec,
-                        conn.death
-                        or exc.ActorDiedError(
-                            conn.actor_id.hex(),
-                            reason="the actor's process died, or the connection to it broke, "
-                            "while running this call (set max_task_retries to retry calls)",
-                        ),
-                    ),
-                ]
+                out += [CallDone(rec), Fail(rec, conn.death or self._broke_error(conn))]
         conn.inflight.clear()
         conn.queue.extendleft(reversed(retry))
         return out
+
+    @staticmethod
+    def _broke_error(conn: ActorConn) -> BaseException:
+        if conn.killing:  # the kill this process asked for broke the stream (F07)
+            return exc.ActorDiedError(
+                conn.actor_id.hex(),
+                reason="it was killed with nbcluster.kill()",
+                class_name=conn.info.class_name if conn.info is not None else None,
+            )
+        return exc.ActorDiedError(
+            conn.actor_id.hex(),
+            reason="the actor's process died, or the connection to it broke, "
+            "while running this call (set max_task_retries to retry calls)",
+        )
+
+    def killing(self, actor_id: bytes) -> None:
+        """``nbcluster.kill(no_restart=True)`` is about to ask the head: a stream that
+        breaks from now on broke because of it, and its calls fail saying so."""
+        conn = self.conns.get(actor_id)
+        if conn is not None:
+            conn.killing = True
+
+    def kill_aborted(self, actor_id: bytes) -> None:
+        """The kill did not reach the head (it raised): streams break for other reasons."""
+        conn = self.conns.get(actor_id)
+        if conn is not None and conn.state != DEAD:
+            conn.killing = False
 
     def reconnect(self, conn: ActorConn, version: int, address: str) -> Out:
         """The incarnation the broken stream went to is still ALIVE and answers: open a

@@ -88,6 +88,15 @@ class ActorSubmitter:
         """``nbcluster.kill`` returned (thread-safe): calls made after it fail at once."""
         self.client.call_soon(self._killed, actor_id, no_restart)
 
+    def killing(self, actor_id: bytes) -> None:
+        """``nbcluster.kill(no_restart=True)`` is about to ask the head (thread-safe; queued
+        on the loop before the kill can break any stream)."""
+        self.client.call_soon(self.state.killing, actor_id)
+
+    def kill_aborted(self, actor_id: bytes) -> None:
+        """The kill failed before the head acted (thread-safe)."""
+        self.client.call_soon(self.state.kill_aborted, actor_id)
+
     def release_when_idle(self, actor_id: bytes) -> None:
         """The last handle in the owner went away: end the actor once its calls are done."""
         self.client.call_soon(self._release_when_idle, actor_id)

@@ -127,7 +127,14 @@ class CoreDriver:
             reason="it was killed with nbcluster.kill()",
             kind="killed",
         )
-        client.call_head("KillActor", lambda head: head.KillActor(request, timeout=10))
+        if no_restart:  # a call this breaks says the actor was killed (F07)
+            client.actor_submitter.killing(actor_id)
+        try:
+            client.call_head("KillActor", lambda head: head.KillActor(request, timeout=10))
+        except BaseException:
+            if no_restart:
+                client.actor_submitter.kill_aborted(actor_id)
+            raise
         # Calls made from now on fail at once (on the I/O loop, before any later call is
         # queued): the actor's, and those of the actors it created, which the head ended.
         client.actor_submitter.killed(actor_id, no_restart)
