@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,6 +155,51 @@ def test_logs_by_actor_task_node_and_job(history: dict[str, Any], driver: Any) -
     client.wait_until_finished(sid, timeout=60)
     assert "job output here" in "".join(state.get_log(submission_id=sid))
     assert state.get_job(sid).status == "SUCCEEDED"
+
+
+LOG_NAME_VARIANTS = [
+    ("../token", ValueError),
+    ("/etc/passwd", ValueError),
+    ("{session}/token", ValueError),  # absolute, into the session
+    ("../logs-evil/secret.log", ValueError),  # sibling prefix of the logs folder
+    ("..\\token", ValueError),
+    ("\\\\host\\share\\secret.log", ValueError),  # UNC
+    ("head.log\0", ValueError),
+    ("escape.log", ValueError),  # a symlink in the logs folder to a file outside it
+    ("sibling.log", ValueError),  # a symlink into logs-evil
+    ("..%2ftoken", LookupError),  # never decoded: a missing file of the folder
+    ("%2e%2e%2ftoken", LookupError),
+    ("%252e%252e%252ftoken", LookupError),
+]
+
+
+def test_log_names_that_leave_the_logs_folder_are_refused(driver: Any) -> None:
+    """S06: through the head and through a node's agent, nothing outside ``logs/`` is read."""
+    session = Path(driver.session_dir)
+    secret = "S06 secret outside the logs folder"
+    evil = session / "logs-evil"
+    evil.mkdir()
+    (evil / "secret.log").write_text(secret)
+    (session / "token-copy").write_text(secret)
+    links = [session / "logs" / "escape.log", session / "logs" / "sibling.log"]
+    links[0].symlink_to(session / "token-copy")
+    links[1].symlink_to(evil / "secret.log")
+    node = state.list_nodes()[0].node_id
+    try:
+        for name, error in LOG_NAME_VARIANTS:
+            filename = name.format(session=session)
+            for where in ({}, {"node_id": node}):
+                with pytest.raises(error, match=r"not a log file name|no log file") as info:
+                    "".join(state.get_log(filename=filename, tail=-1, **where))
+                assert secret not in str(info.value), (name, where)
+        "".join(state.get_log(filename="head.log", tail=-1))  # a plain name is still served
+        for glob in ("../*", "../logs-evil/*", "/etc/*", "*/../*", "..%2f*"):
+            for where in ({}, {"node_id": node}):
+                listing = state.list_logs(glob_filter=glob, **where)
+                assert not any(listing.values()), (glob, where, listing)
+    finally:
+        for link in links:
+            link.unlink()
 
 
 def test_follow_streams_what_is_appended(history: dict[str, Any]) -> None:

@@ -32,6 +32,20 @@ async def _api(jp_fetch: Any, method: str, path: str, body: Any = None) -> tuple
     return r.code, (json.loads(r.body) if r.body else None)
 
 
+async def _raw(client: Any, base_url: str, auth: dict[str, str], method: str, path: str) -> int:
+    """``path`` sent as is (jp_fetch would encode its '%'): the status code."""
+    r = await client.fetch(
+        base_url.rstrip("/") + "/nbcluster/api/" + path,
+        method=method,
+        headers=dict(auth),
+        body="{}" if method == "POST" else None,
+        allow_nonstandard_methods=True,
+        raise_error=False,
+        request_timeout=60,
+    )
+    return r.code
+
+
 async def _wait_status(jp_fetch: Any, job: str, wanted: set[str]) -> dict[str, Any]:
     for _ in range(600):
         code, model = await _api(jp_fetch, "GET", job)
@@ -42,8 +56,26 @@ async def _wait_status(jp_fetch: Any, job: str, wanted: set[str]) -> dict[str, A
     raise AssertionError(f"{job} never reached {wanted}")
 
 
+SID_VARIANTS = [
+    "{sid}%00",
+    "{sid}%0a",
+    "{sid}%2F..%2F..%2Ftoken",
+    "..%2F{sid}",
+    "%2e%2e%2f{sid}",
+    "%252e%252e%252f{sid}",
+    "%2Fetc%2Fpasswd",
+    "%5C%5Chost%5Cshare",
+    "..",
+]
+
+
 async def test_submit_a_notebook_follow_its_log_stop_and_delete(
-    jp_fetch: Any, jp_root_dir: Path, manager: ClusterManager
+    jp_fetch: Any,
+    jp_root_dir: Path,
+    manager: ClusterManager,
+    http_server_client: Any,
+    jp_base_url: str,
+    jp_auth_header: dict[str, str],
 ) -> None:
     code, created = await _api(jp_fetch, "POST", "clusters", {"num_cpus": 2, "nodes": 1})
     assert code == 201, created
@@ -74,6 +106,14 @@ async def test_submit_a_notebook_follow_its_log_stop_and_delete(
     assert job["source"] == "jupyterlab" and job["entrypoint"] == "python -m IPython analysis.ipynb"
     done = await _wait_status(jp_fetch, f"clusters/{cid}/jobs/{sid}", {"SUCCEEDED", "FAILED"})
     assert done["status"] == "SUCCEEDED", done
+    # S06: the job's id with traversal around it names no other job and no other file
+    raw = (http_server_client, jp_base_url, jp_auth_header)
+    for bad in [v.format(sid=sid) for v in SID_VARIANTS]:
+        for method, suffix in (("GET", ""), ("GET", "/logs"), ("POST", "/stop"), ("DELETE", "")):
+            code = await _raw(*raw, method, f"clusters/{cid}/jobs/{bad}{suffix}")
+            assert code == 404, (bad, method, suffix, code)
+    code, again = await _api(jp_fetch, "GET", f"clusters/{cid}/jobs/{sid}")
+    assert code == 200 and again["status"] == "SUCCEEDED"  # not stopped, not deleted
     code, logs = await _api(jp_fetch, "GET", f"clusters/{cid}/jobs/{sid}/logs?offset=0")
     assert code == 200 and "notebook job says neighbour" in logs["text"]
     code, rest = await _api(
@@ -104,6 +144,16 @@ async def test_submit_a_notebook_follow_its_log_stop_and_delete(
 
 BAD_SUBMISSIONS = [
     ({"path": "../outside.py"}, 400, "inside the server's root"),
+    ({"path": "work/../../outside.py"}, 400, "inside the server's root"),
+    ({"path": "../{root}-evil/x.py"}, 400, "inside the server's root"),  # sibling prefix
+    ({"path": "link.py"}, 400, "inside the server's root"),  # symlink to a file outside
+    ({"path": "evil/x.py"}, 400, "inside the server's root"),  # symlink to the sibling
+    ({"path": "%2e%2e%2foutside.py"}, 404, "no file"),  # never decoded
+    ({"path": "%252e%252e%252foutside.py"}, 404, "no file"),
+    ({"path": "..\\outside.py"}, 404, "no file"),
+    ({"path": "\\\\host\\share\\x.py"}, 404, "no file"),  # UNC
+    ({"path": "{parent}/outside.py"}, 404, "no file"),  # absolute: relative to the root
+    ({"path": "x.py\u0000/../../outside.py"}, 400, "not a valid path"),
     ({"path": "missing.py"}, 404, "no file"),
     ({"path": "data.csv"}, 400, "only notebooks"),
     ({"path": "x.py", "extra": 1}, 400, "unknown key"),
@@ -117,7 +167,18 @@ async def test_bad_submissions_are_refused(
     status, created = await _api(jp_fetch, "POST", "clusters", {"num_cpus": 1, "nodes": 1})
     assert status == 201
     cid = created["id"]
+    outside = jp_root_dir.parent
+    (outside / "outside.py").write_text("print('ran outside the root')\n")
+    evil = outside / f"{jp_root_dir.name}-evil"
+    evil.mkdir()
+    (evil / "x.py").write_text("print('ran in the sibling')\n")
+    (jp_root_dir / "link.py").symlink_to(outside / "outside.py")
+    (jp_root_dir / "evil").symlink_to(evil)
+    (jp_root_dir / "work").mkdir()
+    names = {"root": jp_root_dir.name, "parent": outside}
     for body, code, message in BAD_SUBMISSIONS:
+        if isinstance(body, dict):
+            body = {**body, "path": body["path"].format(**names)}
         got, answer = await _api(jp_fetch, "POST", f"clusters/{cid}/jobs", body)
         assert got == code and message in answer["message"], (body, answer)
         assert "Traceback" not in json.dumps(answer)

@@ -146,6 +146,62 @@ async def test_wrong_token_is_refused(jp_fetch: Any, pattern: str, verb: str) ->
     assert r.code in (401, 403), (pattern, verb, r.code)
 
 
+# -- S06: traversal in the URL's path segments ----------------------------------------------
+
+PATH_SEGMENT_VARIANTS = [
+    "..",
+    "..%2F..%2Ftoken",  # tornado decodes a path argument once: '../../token'
+    "%2e%2e%2f%2e%2e%2ftoken",
+    "%252e%252e%252ftoken",  # double-encoded: '%2e%2e%2ftoken' after the decode
+    "%2Fetc%2Fpasswd",  # absolute
+    f"{SOME_ID}-evil",  # sibling prefix of a well-formed id
+    "%5C%5Chost%5Cshare",  # UNC
+    f"{SOME_ID}%00",  # NUL
+    f"{SOME_ID}%0a",
+]
+
+
+def _raw_paths(pattern: str, segment: str) -> list[str]:
+    """The route with ``segment`` (sent as is, not re-encoded) in each argument in turn."""
+    parts = re.split(r"\([^)]*\)", pattern)
+    n = len(parts) - 1
+    out = []
+    for i in range(n):
+        args = [segment if j == i else SOME_ID for j in range(n)]
+        out.append("".join(p + a for p, a in zip(parts, [*args, ""], strict=True)))
+    return out
+
+
+@pytest.mark.parametrize("segment", PATH_SEGMENT_VARIANTS)
+async def test_traversal_in_any_path_argument_is_refused(
+    http_server_client: Any,
+    jp_base_url: str,
+    jp_auth_header: dict[str, str],
+    manager: ClusterManager,
+    segment: str,
+) -> None:
+    """S06: every argument of every route, raw-encoded traversal in it: a JSON 4xx, no effect."""
+    tried = 0
+    for pattern, verb in _route_verbs():
+        for path in _raw_paths(pattern, segment):
+            method = verb.upper()
+            r = await http_server_client.fetch(
+                jp_base_url.rstrip("/") + path,
+                method=method,
+                headers=dict(jp_auth_header),
+                body="{}" if method in ("POST", "PATCH", "PUT") else None,
+                allow_nonstandard_methods=True,
+                raise_error=False,
+                request_timeout=60,
+            )
+            assert r.code in (400, 404), (path, method, r.code)
+            if r.headers.get("Content-Type", "").startswith("application/json"):
+                _assert_error_body(r)
+            tried += 1
+    assert tried >= 20  # every job, cluster and Serve route argument was reached
+    assert manager.owned_clusters() == {}
+
+
 # -- S04: XSRF, Origin, Host ------------------------------------------------------------------
 
 

@@ -143,7 +143,7 @@ class JobTable:
         if "\0" in entrypoint:
             raise BadJobRequest("the entrypoint contains a NUL byte")
         sid = submission_id or new_id()
-        if not _ID_RE.match(sid):
+        if not _ID_RE.fullmatch(sid):  # fullmatch: '$' also matches before a final '\n'
             raise BadJobRequest(
                 f"submission_id {sid!r} is not valid: use 1-128 letters, digits and _ . : - "
                 "(starting with a letter or digit)"
