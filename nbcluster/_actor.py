@@ -11,8 +11,6 @@ from __future__ import annotations
 import inspect
 from typing import Any, Generic, TypeVar
 
-import cloudpickle
-
 from nbcluster import _api
 from nbcluster import options as _options
 from nbcluster._actor_methods import (
@@ -24,7 +22,7 @@ from nbcluster._actor_methods import (
 from nbcluster._exported import CODE_GENERATION
 from nbcluster._runtime import context
 from nbcluster._runtime.driver import ActorRecord, Driver, FunctionDescriptor
-from nbcluster._runtime.serialization import function_hash, serialize
+from nbcluster._runtime.serialization import dumps_code, function_hash, serialize
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "method", "get_actor", "kill"]
 
@@ -93,7 +91,7 @@ class ActorClass(Generic[C]):
         if desc is None or self._generation != CODE_GENERATION[0]:
             self._generation = CODE_GENERATION[0]
             try:
-                payload = cloudpickle.dumps(self._cls)
+                payload = dumps_code(self._cls)
             except Exception:  # noqa: BLE001 - name the culprit
                 serialize(self._cls, what="the actor class", name=self._name)
                 raise

@@ -8,15 +8,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-import cloudpickle
-
 from nbcluster import _api
 from nbcluster import options as _options
 from nbcluster._actor import ActorClass
 from nbcluster._exported import CODE_GENERATION, refresh_exported_code
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.driver import FunctionDescriptor
-from nbcluster._runtime.serialization import function_hash, serialize
+from nbcluster._runtime.serialization import dumps_code, function_hash, serialize
 
 __all__ = ["RemoteFunction", "refresh_exported_code", "remote"]
 
@@ -97,7 +95,7 @@ class RemoteFunction(Generic[R]):
         if desc is None or self._generation != CODE_GENERATION[0]:
             self._generation = CODE_GENERATION[0]
             try:
-                payload = cloudpickle.dumps(self._function)
+                payload = dumps_code(self._function)
             except Exception as e:  # noqa: BLE001 - say what could not be pickled
                 serialize(self._function, what="the remote function", name=self._name)
                 raise TypeError(f"could not pickle {self._name}: {e}") from None

@@ -516,14 +516,12 @@ def code_version(obj: Any) -> str:
     of its methods' code, defaults and simple class attributes (each class object pickles
     to different bytes, so the same class defined again keeps its version).
     """
-    import cloudpickle
-
     from nbcluster._actor import ActorClass
     from nbcluster._remote import RemoteFunction
-    from nbcluster._runtime.serialization import function_hash
+    from nbcluster._runtime.serialization import dumps_code, function_hash
 
     if isinstance(obj, RemoteFunction):
-        return function_hash(cloudpickle.dumps(obj._function)).hex()
+        return function_hash(dumps_code(obj._function)).hex()
     if not isinstance(obj, ActorClass):
         raise TypeError(f"code_version() takes a remote function or actor class, not {obj!r:.60}")
     return function_hash(_class_fingerprint(obj._cls)).hex()

@@ -138,9 +138,27 @@ def unregister_reducer(cls: type) -> None:
     _custom_reducers.pop(cls, None)
 
 
+def _reduce_code_keeping_filename(code: types.CodeType) -> Any:
+    """cloudpickle's reducer for code objects, but keeping ``co_filename``.
+
+    cloudpickle 3.1.3 replaces the file name of every function pickled by value with
+    ``"<dynamic-code>"`` (for deterministic payloads). A task's traceback then names no
+    file and shows no source line, and the notebook loses the cell a failing line came
+    from; tracebacks matter more to us than byte-identical payloads across directories.
+    """
+    rebuild, args = _cloudpickle_code_reduce(code)
+    return rebuild, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
+_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+_code_reducers: dict[type, Callable[[Any], Any]] = {types.CodeType: _reduce_code_keeping_filename}
+
+
 class _Pickler(cloudpickle.Pickler):
     # Read by the C pickler when it is made; the ChainMap sees later registrations.
-    dispatch_table = collections.ChainMap(_custom_reducers, cloudpickle.Pickler.dispatch_table)
+    dispatch_table = collections.ChainMap(
+        _custom_reducers, _code_reducers, cloudpickle.Pickler.dispatch_table
+    )
 
 
 def make_pickler(
@@ -148,6 +166,14 @@ def make_pickler(
 ) -> Any:
     """The cloudpickle pickler every value goes through, with the registered reducers."""
     return _Pickler(file, protocol=PICKLE_PROTOCOL, buffer_callback=buffer_callback)
+
+
+def dumps_code(obj: object) -> bytes:
+    """Pickle a function or class by value for the function table (``cloudpickle.dumps``
+    with the file names kept, so tracebacks show source lines)."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=PICKLE_PROTOCOL).dump(obj)
+    return buf.getvalue()
 
 
 # --------------------------------------------------------------------------------------------

@@ -472,3 +472,19 @@ def test_very_deep_nesting_never_crashes_the_process(limit: int) -> None:
         assert "Flatten the structure" in proc.stdout
     else:  # a raised recursion limit: pickled on a big enough stack, or a clean error
         assert proc.stdout.startswith(("ROUNDTRIP 100000", "SerializationError")), proc.stdout
+
+
+def test_functions_pickled_by_value_keep_their_file_name_for_tracebacks() -> None:
+    # cloudpickle 3.1.3 writes "<dynamic-code>" instead; a task's traceback then shows no
+    # file and no source line.
+    def local_fn() -> None:
+        raise ValueError("here")
+
+    again = deserialize(serialize(local_fn).to_bytes())
+    assert again.__code__.co_filename == __file__
+    try:
+        again()
+    except ValueError:
+        import traceback
+
+        assert 'raise ValueError("here")' in traceback.format_exc()
