@@ -128,6 +128,16 @@ def test_object_store_full_details_become_object_store_full_error() -> None:
     assert str(err).startswith("cannot fit 1.0 GiB\nTip: delete ObjectRefs you no longer need")
 
 
+def test_out_of_disk_details_become_out_of_disk_error() -> None:
+    err = to_exception(
+        rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "OutOfDisk: the spill directory /s is full"),
+        Peer.NODE,
+        "CreateObject",
+    )
+    assert type(err) is exc.OutOfDiskError
+    assert str(err).startswith("the spill directory /s is full Free disk space")
+
+
 def test_other_resource_exhausted_is_message_too_large() -> None:
     err = to_exception(
         rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "Received message larger than max"),

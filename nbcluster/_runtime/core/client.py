@@ -453,9 +453,14 @@ class CoreClient:
                 ) from None
             buf = objstore.read_object(self.store_dir, object_id)
         if buf is None:
-            reply = self.run(
-                lambda: self.node().GetObjectInfo(pb.ObjectIds(object_ids=[object_id]), timeout=60)
-            )
+            try:
+                reply = self.run(
+                    lambda: self.node().GetObjectInfo(
+                        pb.ObjectIds(object_ids=[object_id]), timeout=60
+                    )
+                )
+            except RpcError as err:  # e.g. OutOfDiskError: no room to restore it from spill
+                raise to_exception(err, Peer.NODE, "GetObjectInfo") from None
             if reply.found:
                 buf = objstore.read_object(self.store_dir, object_id)
         if buf is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -33,6 +34,17 @@ from nbcluster._runtime.protocol.protos import transfer_pb2, transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb
 
 log = logging.getLogger(__name__)
+
+#: ``errno`` values that mean the spill disk has no room left.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class SpillDiskFull(OSError):
+    """Spilling found the spill disk full: the room an object needs cannot be made."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 #: Parallel connections (ranges) of one pull over the data plane.
 PULL_STREAMS = 2
@@ -100,24 +112,59 @@ class NodeObjects:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {decision.message}"
             )
-        self.make_room(decision.spill, decision.evict)
+        try:
+            self.make_room(decision.spill, decision.evict, request.size)
+        except SpillDiskFull as err:
+            self.store.free([request.object_id])  # nothing was written yet
+            self.on_change()
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"OutOfDisk: {err}")
         self.on_change()
         if request.size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
             objstore.promote_waiting(self.store_dir)  # so the writer finds them in the pool
         return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
 
-    def make_room(self, spill: tuple[bytes, ...], evict: tuple[bytes, ...]) -> None:
+    def make_room(self, spill: tuple[bytes, ...], evict: tuple[bytes, ...], size: int) -> None:
+        """Delete ``evict`` and spill ``spill`` so ``size`` more bytes fit in the store.
+
+        Raises :class:`SpillDiskFull` (after putting every object not spilled back in
+        memory) if the spill disk is full: the caller must then drop its reservation.
+        """
         for oid in evict:
             objstore.delete_object(self.store_dir, oid)
+        full: OSError | None = None
         for oid in spill:
+            if full is not None:
+                self.store.cancel_spill(oid)
+                continue
             try:
                 objstore.spill_object(self.store_dir, self.spill_dir, oid)
-            except OSError:
-                log.exception("spilling %s failed", oid.hex())
+            except OSError as err:
+                if err.errno in _DISK_FULL:
+                    full = err
+                else:
+                    log.exception("spilling %s failed", oid.hex())
                 self.store.cancel_spill(oid)
                 continue
             if not self.store.mark_spilled(oid):  # freed meanwhile
                 objstore.delete_object(self.spill_dir, oid)
+        if full is not None:
+            raise SpillDiskFull(full.errno, self._disk_full_message(size))
+
+    def _disk_full_message(self, size: int) -> str:
+        try:
+            st = os.statvfs(self.spill_dir)
+            free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            room = f" ({free / 2**20:.1f} of {total / 2**20:.1f} MiB free)"
+        except OSError:
+            room = ""
+        stats = self.store.stats()
+        return (
+            f"the spill directory {self.spill_dir} is full{room}: an object of "
+            f"{size / 2**20:.1f} MiB does not fit in the {stats.capacity / 2**20:.1f} MiB object "
+            f"store ({stats.used / 2**20:.1f} MiB in memory, {stats.spilled_bytes / 2**20:.1f} "
+            "MiB spilled) and nothing more can be spilled. Delete ObjectRefs you no longer "
+            "need (`del ref`) so their objects are freed."
+        )
 
     async def seal(self, request: pb.SealObjectRequest, context: Any) -> pb.Empty:
         if not self.store.seal(request.object_id):  # freed while it was being written
@@ -218,7 +265,11 @@ class NodeObjects:
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"ObjectStoreFull: {access.message}"
             )
         if access.restore:
-            self.make_room(access.spill, access.evict)
+            try:
+                self.make_room(access.spill, access.evict, access.size)
+            except SpillDiskFull as err:
+                self.store.cancel_restore(oid)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"OutOfDisk: {err}")
             try:
                 self.restored_bytes += objstore.restore_object(self.spill_dir, self.store_dir, oid)
             except OSError:
@@ -283,6 +334,8 @@ class NodeObjects:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"fetching from {where}: {err}")
         except transfer.ObjectMissing as err:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"fetching from {where}: {err}")
+        except SpillDiskFull as err:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"OutOfDisk: {err}")
         except OSError as err:
             await context.abort(grpc.StatusCode.INTERNAL, f"fetching the object failed: {err}")
         raise AssertionError("unreachable")  # abort raises
@@ -295,7 +348,11 @@ class NodeObjects:
         decision = self.store.create(oid, request.size, request.owner_address, primary=False)
         if not decision.ok:
             raise OSError(f"ObjectStoreFull: {decision.message}")
-        self.make_room(decision.spill, decision.evict)
+        try:
+            self.make_room(decision.spill, decision.evict, request.size)
+        except SpillDiskFull:
+            self.store.free([oid])  # nothing was written yet
+            raise
         size = request.size
         if size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
             objstore.promote_waiting(self.store_dir)  # freed files whose readers are gone

@@ -71,6 +71,8 @@ def to_exception(
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if details.startswith("ObjectStoreFull:"):
             return exc.ObjectStoreFullError(details.split(":", 1)[1].strip())
+        if details.startswith("OutOfDisk:"):
+            return exc.OutOfDiskError(details.split(":", 1)[1].strip())
         return exc.NbclusterSystemError(f"message too large for the {where}: {details}")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return ValueError(f"the {where} rejected the request: {details}")
