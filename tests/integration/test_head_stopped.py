@@ -1,7 +1,8 @@
 """F11(b)/J03 for an ordinary driver with a *stopped* head (SIGSTOP: the process lives and
 its sockets stay open, so nothing resets and calls time out rather than fail).
 
-What needs the head fails with ``HeadUnavailableError`` within the grace period (not after
+A stop shorter than the grace period is only a pause: calls made meanwhile go through once
+the head continues (J03(a)). For a longer stop, what needs the head fails with ``HeadUnavailableError`` within the grace period (not after
 each RPC's own timeout, up to a minute for creating an actor); what does not (tasks on
 leased workers, calls to connected actors) keeps working; once the head continues, the
 same driver carries on and nothing ran twice (executions are counted with files).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -62,6 +64,26 @@ def test_f11b_a_stopped_head_fails_calls_that_need_it_within_the_grace_period(
     assert nbcluster.get(counter.inc.remote("inc-1"), timeout=60) == 1
 
     head = local_cluster().head
+    # J03(a): a stop shorter than the grace period is a pause, not a failure: the calls
+    # made meanwhile wait for the head and go through once it continues.
+    os.kill(head.pid, signal.SIGSTOP)
+    resume = threading.Timer(GRACE_S / 3, os.kill, (head.pid, signal.SIGCONT))
+    resume.start()
+    try:
+        short = Counter.remote(runs, "init-short")
+        assert nbcluster.get(short.inc.remote("inc-short"), timeout=60) == 1
+    finally:
+        resume.cancel()
+        os.kill(head.pid, signal.SIGCONT)
+
+    # The task below runs on a worker that already has ``work``'s code.
+    assert nbcluster.get(work.remote(runs, "warm"), timeout=60) == "warm"
+
+    @nbcluster.remote
+    def never_run_before() -> int:  # its code goes to the head on the first call
+        return 1
+
+    # J03(b): a stop longer than the grace period.
     os.kill(head.pid, signal.SIGSTOP)
     try:
         needs_head: list[tuple[str, Callable[[], object]]] = [
@@ -79,6 +101,7 @@ def test_f11b_a_stopped_head_fails_calls_that_need_it_within_the_grace_period(
                 ),
             ),
             ("state query", lambda: nbcluster.state.task_events()),
+            ("new function", lambda: nbcluster.get(never_run_before.remote(), timeout=60)),
             ("node list", lambda: nbcluster.nodes()),
         ]
         for what, call in needs_head:
@@ -108,9 +131,18 @@ def test_f11b_a_stopped_head_fails_calls_that_need_it_within_the_grace_period(
     assert nbcluster.get(fresh.inc.remote("inc-after"), timeout=60) == 1
     assert nbcluster.get(work.remote(runs, "after"), timeout=60) == "after"
     assert nbcluster.get(counter.inc.remote("inc-3"), timeout=60) == 3
-    for tag in ("before", "init-counter", "inc-1", "during", "inc-2", "init-after"):
+    for tag in (
+        "before",
+        "init-counter",
+        "inc-1",
+        "init-short",
+        "inc-short",
+        "warm",
+        "during",
+        "inc-2",
+    ):
         assert _runs(tmp_path, tag) == 1, tag
-    for tag in ("after", "inc-after", "inc-3"):
+    for tag in ("init-after", "after", "inc-after", "inc-3"):
         assert _runs(tmp_path, tag) == 1, tag
     # The call that failed never ran. (The head may still act on the creation request it
     # read after SIGCONT: at most one constructor run, never two.)
