@@ -17,7 +17,7 @@ import grpc.aio
 import pytest
 
 from nbcluster._runtime.core import head_retry as client_module
-from nbcluster._runtime.core.head_retry import HeadRetry
+from nbcluster._runtime.core.head_retry import HeadRetry, HeadSilentError
 
 GRACE_S = 30.0
 
@@ -99,3 +99,57 @@ def test_a_head_that_stays_away_fails_the_call_after_the_grace_period(clock: Fak
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
     # Given up once the head had been away for the grace period, not before, not long after.
     assert head.calls == 1 + int(GRACE_S) + 1
+
+
+# A stopped head (SIGSTOP) resets nothing: calls hang instead of failing. Real time here,
+# with a grace period of a fraction of a second; the fakes never touch a socket.
+SHORT_GRACE_S = 0.4
+
+
+class SlowHead:
+    """A head stub whose ``WaitActor`` answers after ``poll_s`` and whose probe
+    (``GetClusterInfo``) answers at once, or never when the head is ``stopped``."""
+
+    def __init__(self, poll_s: float, *, stopped: bool) -> None:
+        self.poll_s = poll_s
+        self.stopped = stopped
+        self.probes = 0
+
+    async def WaitActor(self, *args: Any, **kwargs: Any) -> str:  # noqa: N802 - gRPC name
+        await asyncio.sleep(self.poll_s)
+        return "answered"
+
+    async def GetClusterInfo(self, *args: Any, **kwargs: Any) -> str:  # noqa: N802
+        self.probes += 1
+        if self.stopped:
+            await asyncio.sleep(3600)
+        return "info"
+
+
+def short_grace_retry(head: SlowHead) -> HeadRetry:
+    fake_client = types.SimpleNamespace(
+        config=types.SimpleNamespace(head_grace_period_s=SHORT_GRACE_S),
+        closed=False,
+        head_address="127.0.0.1:1",
+        channels=types.SimpleNamespace(stub=lambda address, kind: head),
+    )
+    return HeadRetry(fake_client)  # type: ignore[arg-type]
+
+
+def test_a_long_poll_on_a_head_that_answers_probes_is_not_a_failure() -> None:
+    head = SlowHead(poll_s=5 * SHORT_GRACE_S, stopped=False)
+    assert asyncio.run(short_grace_retry(head).WaitActor()) == "answered"
+    assert head.probes >= 1  # the head was asked, and answered
+
+
+def test_a_call_to_a_stopped_head_fails_after_the_grace_period_not_its_own_timeout() -> None:
+    head = SlowHead(poll_s=3600, stopped=True)
+
+    async def call() -> str:
+        # The deadline only guards against a hang; the call must end long before.
+        return await asyncio.wait_for(short_grace_retry(head).WaitActor(), timeout=60)
+
+    with pytest.raises(HeadSilentError) as raised:
+        asyncio.run(call())
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert head.probes >= 1
