@@ -195,6 +195,7 @@ export class JobsSection {
     this._selected = sid;
     this._offset = 0;
     this._logText = '';
+    this._logDone = false; // else a finished job's log is never read after another one's
     this._log.textContent = '';
     this._detailTitle.textContent = sid === null ? '' : `Log of ${sid}`;
     this._detail.style.display = sid === null ? 'none' : '';
