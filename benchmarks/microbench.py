@@ -576,6 +576,15 @@ def _emit(path: str, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+WORKLOADS_ENV = "NBCLUSTER_BENCH_WORKLOADS"
+
+
+def _selected(key: str) -> bool:
+    """True when ``--workloads`` is unset or names ``key``."""
+    chosen = os.environ.get(WORKLOADS_ENV, "")
+    return not chosen or key in {w.strip() for w in chosen.split(",")}
+
+
 def child_cold(system: str, out: str) -> None:
     a = ADAPTERS[system]()
     a.start(NUM_CPUS)
@@ -589,6 +598,8 @@ def child_suite(system: str, out: str, s: Sizes) -> None:
     a = ADAPTERS[system]()
 
     def run(key: str, fn: Callable[[], Any]) -> None:
+        if not _selected(key):
+            return
         log(f"[{system}] {key} ...")
         try:
             with deadline(s.workload_timeout_s):
@@ -706,7 +717,7 @@ def measure_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict:
     flag = ["--quick"] if quick else []
 
     colds = []
-    for i in range(s.cold_reps):
+    for i in range(s.cold_reps if _selected("cold_start_s") else 0):
         out = workdir / f"{system}-cold-{i}.jsonl"
         log(f"[{system}] cold start {i + 1}/{s.cold_reps} ...")
         rc, t0 = _run_child(["--_cold", system, "--_out", str(out), *flag], 180, logfile)
@@ -948,11 +959,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--only", help="comma-separated: nbcluster,ray,dask,processpool")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--workloads",
+        help="comma-separated subset, e.g. rtt_ms,actor (cold_start_s, idle, rtt_ms, async_tasks, "
+        "putget, put_tasks_ms, small_objects, chain_s, actor, actor_nn); default: all",
+    )
     parser.add_argument("--_cold", help=argparse.SUPPRESS)
     parser.add_argument("--_suite", help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     sizes = Sizes.quick() if ns.quick else Sizes()
+    if ns.workloads:
+        os.environ[WORKLOADS_ENV] = ns.workloads  # children inherit it
 
     if ns._cold:
         child_cold(ns._cold, ns._out)
