@@ -225,12 +225,36 @@ class ActorSubmitter:
         self._flush(conn)
 
     def _flush(self, conn: ActorConn) -> None:
-        if conn.outbox and not conn.writing and conn.call is not None:
-            conn.writing = True
-            self.client.loop.create_task(self._writer(conn))
+        """Write the actor's outbox: on a task channel with room, once the loop's current
+        callback is done (calls queued together leave in one frame); else from a writer
+        task."""
+        if not conn.outbox or conn.writing or conn.call is None:
+            return
+        conn.writing = True
+        self.client.loop.call_soon(self._write_now, conn)
 
-    async def _writer(self, conn: ActorConn) -> None:
+    def _write_now(self, conn: ActorConn) -> None:
+        conn.writing = False
+        if not conn.outbox or conn.call is None:
+            return
+        drain = False
+        write_nowait = getattr(conn.call, "write_nowait", None)
+        if write_nowait is not None:
+            batch, conn.outbox = conn.outbox, []
+            try:
+                drain = write_nowait(pb.TaskBatch(tasks=batch))
+            except ConnectionError:
+                conn.outbox[:0] = batch  # the writer task meets the same end
+            else:
+                if not drain:
+                    return
+        conn.writing = True
+        self.client.loop.create_task(self._writer(conn, drain))
+
+    async def _writer(self, conn: ActorConn, drain: bool = False) -> None:
         try:
+            if drain and conn.call is not None:
+                await conn.call.drain()
             while conn.outbox and conn.call is not None:
                 call = conn.call  # a restart may replace it between two writes
                 batch, conn.outbox = conn.outbox, []

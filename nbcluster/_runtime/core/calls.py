@@ -15,7 +15,7 @@ from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.generators import registry, wire_num_returns
-from nbcluster._runtime.core.submitter import TaskRecord, build_spec
+from nbcluster._runtime.core.submitter import TaskRecord
 from nbcluster._runtime.driver import ActorRecord, FunctionDescriptor
 from nbcluster._runtime.options import ActorOptions, TaskOptions
 from nbcluster._runtime.protocol.rpc import pb
@@ -35,6 +35,36 @@ __all__ = [
 ]
 
 Route = tuple[Any, ...]
+
+
+def build_spec(
+    client: CoreClient,
+    *,
+    task_id: bytes,
+    function_id: bytes,
+    name: str,
+    args_blob: bytes,
+    num_returns: int,
+    max_calls: int,
+    retry_exceptions: Any,
+) -> pb.TaskSpec:
+    """The wire spec of a task (resolved args are filled in when dependencies are ready)."""
+    retry_blob = b""
+    if retry_exceptions:
+        retry_blob = serialize(retry_exceptions).to_bytes()
+    return pb.TaskSpec(
+        task_id=task_id,
+        job_id=client.job_id,
+        function_id=function_id,
+        function_name=name,
+        args=args_blob,
+        num_returns=num_returns,
+        owner_address=client.address,
+        retry_exceptions=retry_blob,
+        max_calls=max_calls,
+        parent_task_id=client.current_task_id,
+        namespace=client.namespace,
+    )
 
 
 def put_serialized(client: CoreClient, sv: SerializedValue) -> ObjectRef:

@@ -93,8 +93,10 @@ class ChannelServer:
         *,
         max_frame: int,
         ssl_context: ssl.SSLContext | None = None,
+        adopt: Callable[[asyncio.StreamWriter], bool] | None = None,
     ) -> None:
         self._token = token.encode()
+        self._adopt = adopt
         self._serve = serve
         self._max_frame = max_frame
         self._ssl = ssl_context
@@ -136,6 +138,12 @@ class ChannelServer:
                     writer.write(bytes([REFUSED]))
                 return
             _nodelay(writer)
+            # An actor's channel: a plain sync actor's main thread may take the socket
+            # (worker/direct.py); the hello is answered on it once it is theirs.
+            adopt = self._adopt
+            idle = not getattr(reader, "_buffer", b"")  # nothing read past the hello
+            if not lease_hex and adopt is not None and idle and adopt(writer):
+                return
             writer.write(bytes([OK]))
             pack = _LEN.pack
             replies = self._serve(_frames(reader, self._max_frame, pb.TaskBatch), lease_hex)  # type: ignore[arg-type]
@@ -163,39 +171,146 @@ class ChannelServer:
             task.cancel()
 
 
+class _ClientProtocol(asyncio.Protocol):
+    """The owner's end on the loop: frames are cut out as they arrive (no coroutine per
+    frame) and parsed together when read."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_frame: int) -> None:
+        self.max_frame = max_frame
+        self.transport: asyncio.Transport | None = None
+        self.status: asyncio.Future[int] = loop.create_future()  # the hello's answer
+        self.frames: list[bytes] = []  # complete frames not read yet
+        self.ended = False
+        self.paused = False
+        self._loop = loop
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain: list[asyncio.Future[None]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        if not self.status.done():
+            self.status.set_result(buf[0])
+            del buf[:1]
+        pos = 0
+        n_buf = len(buf)
+        got = False
+        while n_buf - pos >= 4:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if n > self.max_frame:
+                log.warning("task channel: a %d-byte frame is over the limit; closing", n)
+                if self.transport is not None:
+                    self.transport.abort()
+                self._end()
+                return
+            if n_buf - pos - 4 < n:
+                break
+            self.frames.append(bytes(buf[pos + 4 : pos + 4 + n]))
+            pos += 4 + n
+            got = True
+        if pos:
+            del buf[:pos]
+        if got:
+            self._wake()
+
+    def eof_received(self) -> bool:
+        self._end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.status.done():
+            self.status.set_exception(ConnectionError("the worker closed the task channel"))
+        self._end()
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        waiters, self._drain = self._drain, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _end(self) -> None:
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_frames(self) -> None:
+        """Until a frame is here or the channel ended."""
+        while not self.frames and not self.ended:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def drain(self) -> None:
+        """Until the transport's write buffer is below its high mark again."""
+        if self.paused and not self.ended:
+            fut = self._loop.create_future()
+            self._drain.append(fut)
+            await fut
+
+
 class TaskChannel:
     """The owner's end of one channel, shaped like a gRPC stream call: ``write``,
-    ``read`` (``None`` at the end) and ``cancel``."""
+    ``read`` (``None`` at the end) and ``cancel``; ``write_nowait`` for the loop's own
+    callers (no task per write)."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame: int
-    ) -> None:
-        self._writer = writer
-        self._replies = _frames(reader, max_frame, pb.ReplyBatch)
+    def __init__(self, transport: asyncio.Transport, proto: _ClientProtocol) -> None:
+        self._transport = transport
+        self._proto = proto
         self._closed = False
+
+    def write_nowait(self, batch: pb.TaskBatch) -> bool:
+        """Send a batch of tasks now (on the loop); True when the caller should await
+        :meth:`drain` before writing more (the socket's buffer is full)."""
+        if self._closed or self._proto.ended:
+            raise ConnectionError("the task channel is closed")
+        data = batch.SerializeToString()
+        self._transport.write(_LEN.pack(len(data)) + data)
+        return self._proto.paused
+
+    async def drain(self) -> None:
+        """Until the write buffer has room again."""
+        await self._proto.drain()
 
     async def write(self, batch: pb.TaskBatch) -> None:
         """Send a batch of tasks (raises ``ConnectionError`` once the channel is closed)."""
-        if self._closed:
-            raise ConnectionError("the task channel is closed")
-        data = batch.SerializeToString()
-        self._writer.write(_LEN.pack(len(data)) + data)
-        await self._writer.drain()
+        if self.write_nowait(batch):
+            await self._proto.drain()
 
     async def read(self) -> pb.ReplyBatch | None:
-        """The next batch of replies, or ``None`` when the worker closed the channel."""
+        """The replies that arrived (every frame received so far, as one batch: protobuf
+        messages concatenated are one message), or ``None`` when the channel ended."""
+        proto = self._proto
         if self._closed:
             return None
-        try:
-            return await self._replies.__anext__()  # type: ignore[return-value]
-        except StopAsyncIteration:
-            return None
+        if not proto.frames:
+            await proto.wait_frames()
+            if not proto.frames:
+                return None
+        frames, proto.frames = proto.frames, []
+        batch = pb.ReplyBatch()
+        batch.ParseFromString(frames[0] if len(frames) == 1 else b"".join(frames))
+        return batch
 
     def cancel(self) -> None:
         """Close the channel (the worker sees its owner hang up)."""
         self._closed = True
         with contextlib.suppress(Exception):
-            self._writer.close()
+            self._transport.close()
 
 
 async def connect(
@@ -211,30 +326,35 @@ async def connect(
     """Open a channel to the worker listening at ``address`` (``host:port``)."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(
+    tok = token.encode()
+    lease = lease_hex.encode()
+    if len(tok) > _MAX_TOKEN or len(lease) > _MAX_LEASE:
+        raise ValueError("token or lease id too long for a task channel")
+    loop = asyncio.get_running_loop()
+    proto = _ClientProtocol(loop, max_frame)
+    transport, _ = await asyncio.wait_for(
+        loop.create_connection(
+            lambda: proto,
             host,
             int(port),
             ssl=ssl_context,
             server_hostname=server_hostname if ssl_context is not None else None,
-            limit=1 << 20,
         ),
         timeout,
     )
     try:
-        _nodelay(writer)
-        tok = token.encode()
-        lease = lease_hex.encode()
-        if len(tok) > _MAX_TOKEN or len(lease) > _MAX_LEASE:
-            raise ValueError("token or lease id too long for a task channel")
-        writer.write(MAGIC + bytes([VERSION, len(tok)]) + tok + bytes([len(lease)]) + lease)
-        (status,) = await asyncio.wait_for(reader.readexactly(1), timeout)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.write(MAGIC + bytes([VERSION, len(tok)]) + tok + bytes([len(lease)]) + lease)
+        status = await asyncio.wait_for(asyncio.shield(proto.status), timeout)
         if status != OK:
             raise ChannelRefused(f"the worker at {address} refused the task channel")
     except BaseException:
-        writer.close()
+        transport.abort()
         raise
-    return TaskChannel(reader, writer, max_frame)
+    return TaskChannel(transport, proto)  # type: ignore[arg-type]
 
 
 class StreamOpener:

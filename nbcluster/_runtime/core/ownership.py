@@ -8,6 +8,8 @@ every public method takes the table's lock. Methods return what the caller must 
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -222,6 +224,39 @@ class OwnershipTable:
                 w.hit()
 
 
+class Flag:
+    """A one-shot event for one waiting thread: a lock held until :meth:`set` (cheaper
+    than ``threading.Event``, which builds a ``Condition`` and a lock per wait)."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        """Wake the waiter (any thread; setting twice is harmless)."""
+        if self._set:
+            return
+        self._set = True
+        with contextlib.suppress(RuntimeError):  # a racing set() released it already
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        """True once set."""
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for :meth:`set`; True when it is set."""
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=timeout):
+            with contextlib.suppress(RuntimeError):  # two racing set() calls released it
+                self._lock.release()
+        return self._set
+
+
 class Waiter:
     """Counts down as the objects it waits for become ready; set when enough are."""
 
@@ -229,8 +264,8 @@ class Waiter:
 
     def __init__(self, needed: int) -> None:
         self.remaining = needed
-        self.event = threading.Event()
-        self._lock = threading.Lock()
+        self.event = Flag()
+        self._lock = _thread.allocate_lock()
         if needed <= 0:
             self.event.set()
 

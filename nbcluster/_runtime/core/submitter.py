@@ -36,7 +36,6 @@ from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.core.records import FAST_TASK_S, KeyQueue, Lease, TaskRecord
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
-from nbcluster._runtime.serialization import serialize
 from nbcluster._runtime.task_events import record_crashed_attempt
 
 if TYPE_CHECKING:
@@ -49,7 +48,6 @@ __all__ = [
     "Lease",
     "Submitter",
     "TaskRecord",
-    "build_spec",
 ]
 
 log = logging.getLogger(__name__)
@@ -157,13 +155,36 @@ class Submitter:
         self._flush(lease)
 
     def _flush(self, lease: Lease) -> None:
-        """Start writing the lease's outbox (once its stream is open)."""
-        if lease.outbox and not lease.writing and lease.call is not None:
-            lease.writing = True
-            self.client.loop.create_task(self._writer(lease))
+        """Write the lease's outbox (once its stream is open): on a task channel with room,
+        once the loop's current callback is done (tasks queued together leave in one
+        frame); else from a writer task."""
+        if not lease.outbox or lease.writing or lease.call is None:
+            return
+        lease.writing = True
+        self.client.loop.call_soon(self._write_now, lease)
 
-    async def _writer(self, lease: Lease) -> None:
+    def _write_now(self, lease: Lease) -> None:
+        lease.writing = False
+        if not lease.outbox or lease.call is None:
+            return
+        drain = False
+        write_nowait = getattr(lease.call, "write_nowait", None)
+        if write_nowait is not None and not lease.dead:
+            batch, lease.outbox = lease.outbox, []
+            try:
+                drain = write_nowait(pb.TaskBatch(tasks=batch))
+            except ConnectionError:
+                lease.outbox[:0] = batch  # the writer task meets the same end and reports it
+            else:
+                if not drain:
+                    return
+        lease.writing = True
+        self.client.loop.create_task(self._writer(lease, drain))
+
+    async def _writer(self, lease: Lease, drain: bool = False) -> None:
         try:
+            if drain:
+                await lease.call.drain()
             while lease.outbox and not lease.dead:
                 batch, lease.outbox = lease.outbox, []
                 await lease.call.write(pb.TaskBatch(tasks=batch))
@@ -761,33 +782,3 @@ def _EOF() -> Any:
     import grpc.aio
 
     return grpc.aio.EOF
-
-
-def build_spec(
-    client: CoreClient,
-    *,
-    task_id: bytes,
-    function_id: bytes,
-    name: str,
-    args_blob: bytes,
-    num_returns: int,
-    max_calls: int,
-    retry_exceptions: Any,
-) -> pb.TaskSpec:
-    """The wire spec of a task (resolved args are filled in when dependencies are ready)."""
-    retry_blob = b""
-    if retry_exceptions:
-        retry_blob = serialize(retry_exceptions).to_bytes()
-    return pb.TaskSpec(
-        task_id=task_id,
-        job_id=client.job_id,
-        function_id=function_id,
-        function_name=name,
-        args=args_blob,
-        num_returns=num_returns,
-        owner_address=client.address,
-        retry_exceptions=retry_blob,
-        max_calls=max_calls,
-        parent_task_id=client.current_task_id,
-        namespace=client.namespace,
-    )

@@ -22,7 +22,7 @@ from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import serialize
 from nbcluster._runtime.worker.executor_view import CallRunner, ExecutorView, ExitRequest
-from nbcluster._runtime.worker.owner_stream import OwnerStream
+from nbcluster._runtime.worker.owner_stream import ReplySink
 
 __all__ = ["ExitRequest", "IntendedExit", "finish", "refused", "request"]
 
@@ -78,7 +78,7 @@ def _as_died(reply: pb.TaskReply, error: BaseException) -> None:
 
 def finish(
     executor: ExecutorView,
-    stream: OwnerStream,
+    stream: ReplySink,
     reply: pb.TaskReply,
     runner: CallRunner | None = None,
 ) -> None:
@@ -89,16 +89,16 @@ def finish(
     if req.intended:
         if not reply.is_error:  # user code caught the exit: its caller still sees the death
             _as_died(reply, req.error)
-        stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
+        stream.send(reply)
         waiting = runner.drain() if runner is not None else executor.drain_pending()
         for spec, st in waiting:
             streams.add(st)
-            st.loop.call_soon_threadsafe(st.replies.put_nowait, refused(executor, spec))
+            st.send(refused(executor, spec))
         if runner is not None:
             runner.wait_idle(timeout=3600.0)  # running calls finish first (Ray)
     # (an unexpected exit drops the reply: the caller sees the process die, as on a crash)
     deadline = time.monotonic() + FLUSH_TIMEOUT_S
-    while time.monotonic() < deadline and not all(s.replies.empty() for s in streams):
+    while time.monotonic() < deadline and not all(s.flushed() for s in streams):
         time.sleep(0.01)
     time.sleep(0.1)  # the last batch leaves the gRPC stream
     if req.intended:  # the head records the end (no restart) and leaves the process to us

@@ -26,7 +26,7 @@ from nbcluster._runtime.serialization import deserialize
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.concurrency import DEFAULT_GROUP, GroupQueues
 from nbcluster._runtime.worker.executor_view import ExecutorView
-from nbcluster._runtime.worker.owner_stream import OwnerStream
+from nbcluster._runtime.worker.owner_stream import ReplySink
 
 __all__ = ["ActorCallRunner", "cancel_call", "cancelled_error"]
 
@@ -53,8 +53,8 @@ def _reply(spec: pb.TaskSpec) -> pb.TaskReply:
     return pb.TaskReply(task_id=spec.task_id, attempt=spec.attempt)
 
 
-def _send(stream: OwnerStream, reply: pb.TaskReply) -> None:
-    stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
+def _send(stream: ReplySink, reply: pb.TaskReply) -> None:
+    stream.send(reply)
 
 
 def cancel_call(executor: ExecutorView, task_id: bytes) -> None:
@@ -81,7 +81,7 @@ class ActorCallRunner:
         self.state = GroupQueues(limits)
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
-        self.calls: dict[bytes, tuple[pb.TaskSpec, OwnerStream]] = {}
+        self.calls: dict[bytes, tuple[pb.TaskSpec, ReplySink]] = {}
         self.tasks: dict[bytes, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}
         self.pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
         self.loops: dict[str, asyncio.AbstractEventLoop] = {}
@@ -105,7 +105,7 @@ class ActorCallRunner:
         return self.loops.get(DEFAULT_GROUP)
 
     # -- the worker's main thread -------------------------------------------------------------
-    def submit(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
+    def submit(self, spec: pb.TaskSpec, stream: ReplySink) -> None:
         """A call arrived: start it now if its group has room, else queue it."""
         ex = self.executor
         if self._exiting():
@@ -165,9 +165,7 @@ class ActorCallRunner:
             else:
                 self.pools[group].submit(self._run_thread, spec, stream)
 
-    def _spawn(
-        self, loop: asyncio.AbstractEventLoop, spec: pb.TaskSpec, stream: OwnerStream
-    ) -> None:
+    def _spawn(self, loop: asyncio.AbstractEventLoop, spec: pb.TaskSpec, stream: ReplySink) -> None:
         task = loop.create_task(self._run_async(spec, stream))
         self._spawned.add(task)  # a strong ref until the call ends
         task.add_done_callback(self._spawned.discard)
@@ -177,12 +175,12 @@ class ActorCallRunner:
         request = self.executor.exit_request
         return request is not None and request.intended
 
-    def _run_thread(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
+    def _run_thread(self, spec: pb.TaskSpec, stream: ReplySink) -> None:
         ex = self.executor
         reply = ex._captured(spec, stream, ex.execute)
         self._done(spec, stream, reply)
 
-    async def _run_async(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
+    async def _run_async(self, spec: pb.TaskSpec, stream: ReplySink) -> None:
         ex = self.executor
         task_id = spec.task_id
         task = asyncio.current_task()
@@ -219,7 +217,7 @@ class ActorCallRunner:
             reply.cancelled = True
             self.executor._error_returns(spec, cancelled_error(spec, self.executor), reply)
 
-    def _done(self, spec: pb.TaskSpec, stream: OwnerStream, reply: pb.TaskReply) -> None:
+    def _done(self, spec: pb.TaskSpec, stream: ReplySink, reply: pb.TaskReply) -> None:
         ex = self.executor
         request = ex.exit_request
         if request is not None and request.task_id == spec.task_id:
@@ -254,7 +252,7 @@ class ActorCallRunner:
                 self._start(start)
 
     # -- exit ---------------------------------------------------------------------------------
-    def drain(self) -> list[tuple[pb.TaskSpec, OwnerStream]]:
+    def drain(self) -> list[tuple[pb.TaskSpec, ReplySink]]:
         """Drop every call that has not started; return them (to answer them)."""
         with self.lock:
             dropped = [self.calls.pop(task_id) for task_id in self.state.drain()]

@@ -16,12 +16,12 @@ from typing import Any, Protocol
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.worker.output import OutputCapture
-from nbcluster._runtime.worker.owner_stream import OwnerStream
+from nbcluster._runtime.worker.owner_stream import ReplySink
 
 __all__ = ["CallRunner", "ExecutorView", "ExitRequest"]
 
 #: A queued call and the stream its reply goes to.
-Call = tuple[pb.TaskSpec, OwnerStream]
+Call = tuple[pb.TaskSpec, ReplySink]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,11 +80,11 @@ class ExecutorView(Protocol):
         """Take every queued, not started call."""
 
     def _captured(
-        self, spec: pb.TaskSpec, stream: OwnerStream, run: Callable[[pb.TaskSpec], pb.TaskReply]
+        self, spec: pb.TaskSpec, stream: ReplySink, run: Callable[[pb.TaskSpec], pb.TaskReply]
     ) -> pb.TaskReply:
         """``run(spec)`` with what it prints sent to the caller."""
 
-    def _end_output(self, slot: Any, stream: OwnerStream) -> None:
+    def _end_output(self, slot: Any, stream: ReplySink) -> None:
         """A call ended: its last output goes out before its reply."""
 
     def _error_returns(self, spec: pb.TaskSpec, error: BaseException, reply: pb.TaskReply) -> None:

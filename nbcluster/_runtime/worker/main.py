@@ -8,7 +8,6 @@ streams from owners that hold a lease on this worker.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -23,18 +22,14 @@ import time
 from typing import Any
 
 import cloudpickle
-import grpc
 
 from nbcluster._runtime import context, proc
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.args import ArgPlaceholder
-from nbcluster._runtime.core.channel import ChannelServer
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.driver import CoreDriver
-from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
-from nbcluster._runtime.protocol import faults, tls
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
@@ -43,6 +38,7 @@ from nbcluster._runtime.task_events import RunningAttempts, error_info
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
 from nbcluster._runtime.worker.concurrency import group_limits
+from nbcluster._runtime.worker.direct import DirectLoop, detach
 from nbcluster._runtime.worker.executor_view import ExitRequest
 from nbcluster._runtime.worker.generators import (
     is_generator_call,
@@ -51,8 +47,9 @@ from nbcluster._runtime.worker.generators import (
 )
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
-from nbcluster._runtime.worker.owner_stream import OwnerStream
+from nbcluster._runtime.worker.owner_stream import OwnerStream, ReplySink
 from nbcluster._runtime.worker.returns import place, serialize_value
+from nbcluster._runtime.worker.service import WorkerService
 
 log = logging.getLogger("nbcluster.worker")
 
@@ -97,147 +94,10 @@ class RunningTask:
         return self.spec.task_id in self._executor.cancelled
 
 
-class StreamFault(ConnectionError):
-    """Testing (F13): the fault injector broke an owner's stream (gRPC answers UNAVAILABLE;
-    a task channel is closed)."""
-
-
 #: The call running in this thread or asyncio task (see :class:`RunningTask`).
 _running: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
     "nbcluster_running_task", default=None
 )
-
-
-class WorkerService(CoreWorkerService):
-    """CoreWorker service of a worker: receives tasks and cancellations."""
-
-    def __init__(self, client: CoreClient, executor: Executor) -> None:
-        super().__init__(client)
-        self.executor = executor
-        self.creating: dict[bytes, concurrent.futures.Future[pb.TaskReply]] = {}
-        self.channels: ChannelServer | None = None
-
-    async def start_channels(self) -> None:
-        """Serve task channels (core/channel.py) beside gRPC, on the same host."""
-        settings = tls.current()
-        self.channels = ChannelServer(
-            self.client.token,
-            self.serve_stream,
-            max_frame=self.client.config.rpc_max_message_bytes,
-            ssl_context=tls.ssl_context(settings, server=True) if settings else None,
-        )
-        await self.channels.start(self.client.host)
-
-    async def TaskChannel(self, request: pb.Empty, context: Any) -> pb.TaskChannelReply:
-        channels = self.channels
-        return pb.TaskChannelReply(address=channels.address if channels is not None else "")
-
-    async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
-        lease_hex = dict(context.invocation_metadata() or ()).get("nbc-lease", "")
-        try:
-            async for batch in self.serve_stream(request_iterator, lease_hex):
-                yield batch
-        except StreamFault as fault:  # testing (F13): the injector broke the stream
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(fault))
-
-    async def serve_stream(self, request_iterator: Any, lease_hex: str) -> Any:
-        """One owner's stream of task batches (gRPC's PushTasks or a task channel): run
-        them, yield batches of replies and output until the owner hangs up."""
-        stream = OwnerStream(asyncio.get_running_loop())
-        injector = faults.current()  # testing only (F13): None in production
-
-        async def pump_in() -> None:
-            try:
-                async for batch in request_iterator:
-                    tasks = batch.tasks
-                    if injector is not None:  # no faults while a retried task is here
-                        stream.retried.update(
-                            t.task_id for t in tasks if t.attempt and not t.actor_id
-                        )
-                    if (
-                        injector is not None
-                        and tasks
-                        and not stream.retried
-                        and injector.fire("PushTasks", "cut")
-                    ):
-                        for spec in tasks[: injector.pick(len(tasks))]:
-                            self.executor.enqueue(spec, stream)
-                        stream.cut = True  # the rest of the batch is lost; the stream breaks
-                        return
-                    for spec in tasks:
-                        self.executor.enqueue(spec, stream)
-            finally:
-                stream.open = False
-                stream.replies.put_nowait(None)
-
-        reader = asyncio.get_running_loop().create_task(pump_in())
-        try:
-            while True:
-                reply = await stream.replies.get()
-                if stream.cut:  # testing (F13): the injector cut the stream mid-batch
-                    raise StreamFault("injected fault: stream cut")
-                if reply is None:
-                    if not stream.open and stream.replies.empty():
-                        break
-                    continue
-                replies: list[pb.TaskReply] = []
-                logs: list[pb.LogRecord] = []
-                item: Any = reply
-                while True:
-                    if isinstance(item, pb.LogRecord):
-                        logs.append(item)
-                    elif item is not None:
-                        replies.append(item)
-                    if stream.replies.empty():
-                        break
-                    item = stream.replies.get_nowait()
-                if stream.cut or (
-                    injector is not None
-                    and replies
-                    and not stream.retried
-                    and injector.fire("PushTasks", "drop")
-                ):
-                    raise StreamFault("injected fault: a batch of replies lost")
-                if stream.retried:
-                    stream.retried.difference_update(r.task_id for r in replies)
-                yield pb.ReplyBatch(replies=replies, logs=logs)
-                if any(r.worker_exiting for r in replies):
-                    self.executor.exit_after_reply.set()
-        finally:
-            reader.cancel()
-            self.executor.drop_stream(stream)
-            if self.executor.owns_work(stream) and not self.executor.actor_id:
-                # The owner is gone while its task runs here: share its fate (Ray does the
-                # same); the node sees this worker exit, frees the lease and replaces it.
-                log.warning("owner disconnected with tasks in flight; exiting")
-                asyncio.get_running_loop().call_later(0.05, os._exit, 1)
-            elif lease_hex:
-                # The owner hung up (done, or dead): make sure the node gets the lease back.
-                # Returning a lease twice is harmless; the node ignores unknown lease ids.
-                asyncio.get_running_loop().create_task(self._return_lease(bytes.fromhex(lease_hex)))
-
-    async def _return_lease(self, lease_id: bytes) -> None:
-        with contextlib.suppress(RpcError):
-            await self.client.node().ReturnWorkerLease(
-                pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10
-            )
-
-    async def CancelTask(self, request: pb.CancelTaskRequest, context: Any) -> pb.Empty:
-        self.executor.cancel(request.task_id)
-        return pb.Empty()
-
-    async def CreateActor(self, request: pb.TaskSpec, context: Any) -> pb.TaskReply:
-        # A retried creation (its reply was lost) must not run __init__ twice.
-        fut = self.creating.get(request.actor_id)
-        if fut is None:
-            fut = concurrent.futures.Future()
-            self.creating[request.actor_id] = fut
-            self.executor.queue.put(("create", request, fut))
-        return await asyncio.wrap_future(fut)
-
-    async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
-        asyncio.get_running_loop().call_later(0.05, os._exit, 0)
-        return pb.Empty()
 
 
 class Executor:
@@ -249,16 +109,16 @@ class Executor:
         self.functions: dict[bytes, Any] = {}
         self.calls: dict[bytes, int] = {}
         self.running: bytes = b""
-        self.running_stream: OwnerStream | None = None
+        self.running_stream: ReplySink | None = None
         self.cancelled: set[bytes] = set()
         self.blocked = False
         self.exit_after_reply = threading.Event()
-        self.events: list[pb.TaskEvent] = []
+        self.events: list[Any] = []  # TaskEvent, or (spec, start, end, error): see _task_event
         self.events_lock = threading.Lock()
         self.events_ready = Wakeup()
         self.live = RunningAttempts()  # reported RUNNING if still running at the next flush
         self._lock = threading.Lock()
-        self.pending: dict[bytes, tuple[pb.TaskSpec, OwnerStream]] = {}
+        self.pending: dict[bytes, tuple[pb.TaskSpec, ReplySink]] = {}
         self.output = OutputCapture()
         self.mapped = MappedObjects()  # large arguments, kept while more tasks are queued
         self.actor: Any = None
@@ -271,6 +131,8 @@ class Executor:
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: tuple[str, str] = ("", "")
+        self.direct: DirectLoop | None = None  # a plain sync actor's channels
+        self._async_methods: dict[str, bool] = {}  # actor method name -> a coroutine?
 
     # -- called on the I/O loop ------------------------------------------------------------
     def enqueue(self, spec: pb.TaskSpec, stream: OwnerStream) -> None:
@@ -283,6 +145,9 @@ class Executor:
                 return
             self.pending[spec.task_id] = (spec, stream)
         self.queue.put((spec, stream))
+        direct = self.direct
+        if direct is not None:
+            direct.wake()
 
     def _requeue_reply(self, spec: pb.TaskSpec) -> pb.TaskReply:
         return pb.TaskReply(task_id=spec.task_id, attempt=spec.attempt, requeued=True)
@@ -324,7 +189,7 @@ class Executor:
             requeue = list(self.pending.values())
             self.pending.clear()
         for spec, stream in requeue:
-            stream.loop.call_soon_threadsafe(stream.replies.put_nowait, self._requeue_reply(spec))
+            stream.send(self._requeue_reply(spec))
 
     def set_blocked(self, blocked: bool) -> None:
         with self._lock:
@@ -353,42 +218,107 @@ class Executor:
                 if item[0] == "create":
                     _, spec, fut = item
                     fut.set_result(self.create_actor(spec))
+                    if self.actor is not None and self.actor_runner is None:
+                        self._serve_direct()  # a plain sync actor: see worker/direct.py
+                        return
                     continue
-                spec, stream = item
-                if spec.actor_id and self.actor_runner is not None:
-                    with self._lock:
-                        self.pending.pop(spec.task_id, None)
-                    self.actor_runner(spec, stream)
-                    continue
-                with self._lock:
-                    if self.pending.pop(spec.task_id, None) is None:
-                        continue  # requeued to the owner while we were blocked
-                    self.running = spec.task_id
-                    self.running_stream = stream
-                reply = self._captured(spec, stream, self.execute)
-                with self._lock:
-                    self.running = b""
-                    self.running_stream = None
-                    self.cancelled.discard(spec.task_id)
-                if self.exit_request is not None:
-                    actor_exit.finish(self, stream, reply)  # the actor ended itself
-                stream.loop.call_soon_threadsafe(stream.replies.put_nowait, reply)
-                if reply.worker_exiting:
-                    self.requeue_pending()
-                    self.exit_after_reply.wait(5)
-                    time.sleep(0.05)
-                    os._exit(0)
+                self._run_item(item)
             except KeyboardInterrupt:
                 continue  # a cancel that arrived after its task finished
+
+    def _run_item(self, item: tuple[pb.TaskSpec, Any]) -> None:
+        spec, stream = item
+        if spec.actor_id and self.actor_runner is not None:
+            with self._lock:
+                self.pending.pop(spec.task_id, None)
+            self.actor_runner(spec, stream)
+            return
+        self._run_one(spec, stream)
+
+    def _run_one(self, spec: pb.TaskSpec, stream: ReplySink) -> None:
+        """Run one queued task or sync actor call on this (the main) thread; send its reply."""
+        with self._lock:
+            if self.pending.pop(spec.task_id, None) is None:
+                return  # requeued to the owner while we were blocked
+            self.running = spec.task_id
+            self.running_stream = stream
+        reply = self._captured(spec, stream, self.execute)
+        with self._lock:
+            self.running = b""
+            self.running_stream = None
+            self.cancelled.discard(spec.task_id)
+        if self.exit_request is not None:
+            actor_exit.finish(self, stream, reply)  # the actor ended itself
+        stream.send(reply)
+        if reply.worker_exiting:
+            self.requeue_pending()
+            self.exit_after_reply.wait(5)
+            time.sleep(0.05)
+            os._exit(0)
+
+    # -- a plain sync actor: its main thread reads its channels (worker/direct.py) ----------
+    def _serve_direct(self) -> None:
+        direct = DirectLoop(
+            max_frame=self.client.config.rpc_max_message_bytes,
+            loop=self.client.loop,
+            run_call=self._run_one,
+            drain_queue=self._drain_queue,
+            register=self._register_direct,
+            idle_after=lambda: MAPPED_LINGER_S if len(self.mapped) else None,
+            idle=self.mapped.clear,
+        )
+        self.direct = direct
+        direct.wake()  # anything queued before the switch
+        while True:
+            try:
+                direct.run()
+                return
+            except KeyboardInterrupt:
+                continue  # a cancel that arrived after its call finished
+
+    def _drain_queue(self) -> bool:
+        """Run what the I/O loop queued (gRPC streams, TLS channels); False: stop."""
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return True
+            if item is None:
+                return False
+            if item[0] != "create":
+                self._run_item(item)
+
+    def _register_direct(self, spec: pb.TaskSpec, stream: ReplySink) -> None:
+        """A call read off a direct channel, about to run (cancel and exit can see it)."""
+        if self.exit_request is not None and self.exit_request.intended:
+            stream.send(actor_exit.refused(self, spec))  # it ends itself
+            return
+        with self._lock:
+            self.pending[spec.task_id] = (spec, stream)
+
+    def adopt_channel(self, writer: Any) -> bool:
+        """The I/O loop accepted an actor channel: the main thread of a plain sync actor
+        serves it itself (True), else the loop does (False)."""
+        direct = self.direct
+        if direct is None:
+            return False
+        sock = detach(writer)
+        if sock is None:
+            return False
+        direct.adopt(sock)
+        return True
 
     def function(self, spec: pb.TaskSpec) -> Any:
         if spec.actor_id and not spec.actor_creation:
             if self.actor is None or spec.actor_id != self.actor_id:
                 raise exc.NbclusterSystemError("this worker does not host that actor")
             method = actor_method(self.actor, spec.function_name)
-            if inspect.iscoroutinefunction(method):
-                return self._sync_wrapper(method)
-            return method
+            is_async = self._async_methods.get(spec.function_name)
+            if is_async is None:
+                is_async = inspect.iscoroutinefunction(method)
+                if spec.function_name != "__ray_call__":  # its function changes per call
+                    self._async_methods[spec.function_name] = is_async
+            return self._sync_wrapper(method) if is_async else method
         fn = self.functions.get(spec.function_id)
         if fn is None:
             reply = self.client.run(
@@ -473,9 +403,10 @@ class Executor:
 
     def _end_output(self, slot: Any, stream: OwnerStream) -> None:
         """A call ended: its last output goes out before its reply (same loop, in order)."""
-        task_id, _, rest = self.output.end(slot)
-        if rest:
-            stream.loop.call_soon_threadsafe(stream.send_logs, task_id, rest)
+        with self.output.send_lock:  # after any flush of its earlier output (direct streams)
+            task_id, _, rest = self.output.end(slot)
+            if rest:
+                stream.send_rest(task_id, rest)
 
     def _sync_wrapper(self, method: Any) -> Any:
         """Run a coroutine method to completion on the actor's loop (sync callers)."""
@@ -679,26 +610,37 @@ class Executor:
     def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
         if spec.disable_task_events:  # enable_task_events=False (Ray's per-method option)
             return
-        ev = pb.TaskEvent(
-            task_id=spec.task_id,
-            job_id=spec.job_id,
-            name=spec.function_name,
-            node_id=self.client.node_id,
-            worker_id=self.client.worker_id,
-            worker_pid=os.getpid(),
-            state="FAILED" if reply.is_error else "FINISHED",
-            start_time=reply.start_time,
-            end_time=reply.end_time,
-            parent_task_id=spec.parent_task_id,
-            attempt=spec.attempt,
-            actor_id=spec.actor_id,
-        )
-        if reply.is_error:
-            ev.error_type, ev.error_message = self.last_error
+        # The event itself is built by the flush, off the call's path (see _task_event).
+        ev = (spec, reply.start_time, reply.end_time, self.last_error if reply.is_error else None)
         with self.events_lock:
             self.events.append(ev)
             self.live.ended(spec.task_id)
         self.events_ready.set()
+
+
+def _task_event(client: CoreClient, ev: Any) -> pb.TaskEvent:
+    """The FINISHED/FAILED event of an attempt recorded as ``(spec, start, end, error)``;
+    RUNNING events come already built."""
+    if isinstance(ev, pb.TaskEvent):
+        return ev
+    spec, start, end, error = ev
+    out = pb.TaskEvent(
+        task_id=spec.task_id,
+        job_id=spec.job_id,
+        name=spec.function_name,
+        node_id=client.node_id,
+        worker_id=client.worker_id,
+        worker_pid=os.getpid(),
+        state="FINISHED" if error is None else "FAILED",
+        start_time=start,
+        end_time=end,
+        parent_task_id=spec.parent_task_id,
+        attempt=spec.attempt,
+        actor_id=spec.actor_id,
+    )
+    if error is not None:
+        out.error_type, out.error_message = error
+    return out
 
 
 class WorkerClient(CoreClient):
@@ -734,7 +676,8 @@ async def _flush_events(client: CoreClient, executor: Executor) -> None:
         if events:
             with contextlib.suppress(RpcError):
                 await client.head().ReportTaskEvents(
-                    pb.TaskEventsRequest(events=events), timeout=10
+                    pb.TaskEventsRequest(events=[_task_event(client, ev) for ev in events]),
+                    timeout=10,
                 )
 
 

@@ -176,6 +176,11 @@ class OutputCapture:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Held while output drained is handed to its sinks, and while a call's last output
+        #: is: a call's output then reaches its owner in order even when two threads send
+        #: (a direct stream: the loop sends output while the call runs, the main thread
+        #: sends the rest with the reply).
+        self.send_lock = threading.Lock()
         self._slots: dict[int, _Slot] = {}  # running calls, in the order they began
         self._dirty = False
         #: Set on the first write into empty buffers (what :func:`flush_forever` waits for).
@@ -285,13 +290,14 @@ async def flush_forever(
     """
     while True:
         await capture.wakeup.wait()
-        for task_id, sink, chunks in capture.drain():
-            if sink is None:
-                continue
-            if send is None:
-                sink.send_logs(task_id, chunks)
-            else:
-                send(task_id, sink, chunks)
+        with capture.send_lock:
+            for task_id, sink, chunks in capture.drain():
+                if sink is None:
+                    continue
+                if send is None:
+                    sink.send_logs(task_id, chunks)
+                else:
+                    send(task_id, sink, chunks)
         await asyncio.sleep(interval)
 
 

@@ -1,0 +1,318 @@
+"""Direct task channels: a plain sync actor's main thread reads its calls and answers them.
+
+A plain sync actor (``max_concurrency=1``, no concurrency groups, not async) runs its calls
+one at a time on the worker's main thread. Served on the I/O loop, each call would cross
+two more threads: the loop reads the frame and queues the call for the main thread, which
+runs it and queues the reply back for the loop to write. Here the loop only checks a new
+channel's hello (the token, as for any channel) and then hands the connected socket to the
+main thread, which waits on every such socket (and on a wake-up for work queued the other
+way, e.g. a gRPC ``PushTasks`` stream) with a selector, runs each call where it reads it,
+and writes the reply itself: one thread from the socket to the method and back.
+
+The output a call prints while it runs still goes out from the loop (the periodic flush);
+the rest of it goes with the reply. ``OutputCapture.send_lock`` keeps a call's output in
+order between the two. TLS channels stay on the loop (the loop owns the TLS state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from nbcluster._runtime.core.channel import OK
+from nbcluster._runtime.protocol import faults
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.worker.owner_stream import log_records
+
+__all__ = ["DirectLoop", "DirectStream"]
+
+log = logging.getLogger(__name__)
+
+_LEN = struct.Struct("<I")
+_WAKE = object()
+_READ_SIZE = 1 << 20
+
+
+class DirectStream:
+    """One caller's channel, read and answered by the main thread.
+
+    Replies of calls that arrived together go out together: while more calls of the same
+    read wait to run (``more``), a reply is held, and the held batch leaves when the run
+    ends, when it is full, or at the latest ``HOLD_S`` later from the I/O loop (so a long
+    call after short ones does not hold their replies back).
+    """
+
+    HOLD_S = 0.002
+    HOLD_MAX = 256
+
+    def __init__(
+        self, sock: socket.socket, max_frame: int, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.max_frame = max_frame
+        self.loop = loop
+        self.open = True
+        self.cut = False  # testing (F13): replies of a cut batch are lost
+        self.more = False  # set by the main thread: calls of the same read wait to run
+        self._buf = bytearray()
+        self._wlock = threading.Lock()
+        self._out = pb.ReplyBatch()  # output and replies not written yet, in order
+
+    # -- the stream interface (see owner_stream) ---------------------------------------------
+    def send(self, reply: pb.TaskReply) -> None:
+        """Send a reply, after the rest of its call's output (any thread)."""
+        with self._wlock:
+            out = self._out
+            first = not out.replies
+            out.replies.append(reply)
+            if self.more and len(out.replies) < self.HOLD_MAX:
+                if first and self.loop is not None:  # a deadline for the held replies
+                    with contextlib.suppress(RuntimeError):
+                        self.loop.call_soon_threadsafe(self._arm)
+                return
+            self._flush_locked()
+
+    def send_rest(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
+        """A call's last output: it leaves with its reply (any thread)."""
+        records = log_records(task_id, chunks)
+        with self._wlock:
+            self._out.logs.extend(records)
+
+    def send_logs(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
+        """Output of a running call, sent now (the loop's periodic flush), with any held
+        replies."""
+        with self._wlock:
+            self._out.logs.extend(log_records(task_id, chunks))
+            self._flush_locked()
+
+    def flush(self) -> None:
+        """Write what is held (any thread)."""
+        with self._wlock:
+            self._flush_locked()
+
+    def flushed(self) -> bool:
+        """True when nothing is held."""
+        with self._wlock:
+            return not self._out.replies and not self._out.logs
+
+    def _arm(self) -> None:
+        assert self.loop is not None
+        self.loop.call_later(self.HOLD_S, self.flush)
+
+    def _flush_locked(self) -> None:
+        out = self._out
+        if not out.replies and not out.logs:
+            return
+        self._out = pb.ReplyBatch()
+        injector = faults.current()  # testing only (F13): None in production
+        if (
+            out.replies
+            and injector is not None
+            and (self.cut or injector.fire("PushTasks", "drop"))
+        ):
+            self.hang_up()  # a batch of replies lost, the channel broken
+            return
+        self._write(out)
+
+    # -- socket -------------------------------------------------------------------------------
+    def _write(self, batch: pb.ReplyBatch) -> None:
+        if not self.open:
+            return
+        data = batch.SerializeToString()
+        try:
+            self.sock.sendall(_LEN.pack(len(data)) + data)
+        except OSError as err:
+            log.debug("direct channel: write failed: %r", err)
+            self.hang_up()
+
+    def feed(self, data: bytes) -> list[pb.TaskBatch] | None:
+        """Frames completed by ``data``; None when a frame is over the limit."""
+        buf = self._buf
+        buf += data
+        out = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if n > self.max_frame:
+                log.warning("task channel: a %d-byte frame is over the limit; closing", n)
+                return None
+            if len(buf) - pos - 4 < n:
+                break
+            batch = pb.TaskBatch()
+            batch.ParseFromString(bytes(buf[pos + 4 : pos + 4 + n]))
+            out.append(batch)
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return out
+
+    def hang_up(self) -> None:
+        """End the connection (any thread); the main thread sees it end and closes it."""
+        self.open = False
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Close the socket (the main thread, once it no longer waits on it)."""
+        self.open = False
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class DirectLoop:
+    """The main thread's wait: direct channels, and a wake-up for queued work.
+
+    ``run_call(spec, stream)`` runs one call and sends its reply; ``drain_queue()`` takes
+    work queued by the I/O loop (returns False when the worker should stop); ``idle()``
+    runs when nothing happened for ``idle_after()`` seconds (None: wait forever).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_frame: int,
+        loop: asyncio.AbstractEventLoop | None,
+        run_call: Callable[[pb.TaskSpec, DirectStream], None],
+        drain_queue: Callable[[], bool],
+        register: Callable[[pb.TaskSpec, DirectStream], None],
+        idle_after: Callable[[], float | None],
+        idle: Callable[[], None],
+    ) -> None:
+        self.max_frame = max_frame
+        self.loop = loop
+        self._run_call = run_call
+        self._drain_queue = drain_queue
+        self._register = register
+        self._idle_after = idle_after
+        self._idle = idle
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._adopted: list[DirectStream] = []
+        self._lock = threading.Lock()
+        self._woken = False
+
+    # -- any thread --------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Make the main thread look at its queue (thread-safe; coalesced)."""
+        with self._lock:
+            if self._woken:
+                return
+            self._woken = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    def adopt(self, sock: socket.socket) -> None:
+        """Hand a connected, authenticated channel to the main thread (I/O loop)."""
+        sock.setblocking(True)
+        try:
+            sock.sendall(bytes([OK]))  # the hello's answer, now that the socket is ours
+        except OSError:
+            sock.close()
+            return
+        stream = DirectStream(sock, self.max_frame, self.loop)
+        with self._lock:
+            self._adopted.append(stream)
+        self.wake()
+
+    # -- main thread ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Serve until ``drain_queue`` says stop."""
+        select = self._selector.select
+        while True:
+            events = select(self._idle_after())
+            if not events:
+                self._idle()
+                continue
+            for key, _ in events:
+                if key.data is _WAKE:
+                    if not self._on_wake():
+                        return
+                else:
+                    self._on_readable(key.data)
+
+    def _on_wake(self) -> bool:
+        with contextlib.suppress(OSError):
+            os.read(self._wake_r, 4096)
+        with self._lock:
+            self._woken = False
+            adopted, self._adopted = self._adopted, []
+        for stream in adopted:
+            self._selector.register(stream.sock, selectors.EVENT_READ, stream)
+        return self._drain_queue()
+
+    def _on_readable(self, stream: DirectStream) -> None:
+        try:
+            data = stream.sock.recv(_READ_SIZE)
+        except OSError:
+            data = b""
+        batches = stream.feed(data) if data else None
+        if batches is None:
+            self._drop(stream)
+            return
+        injector = faults.current()  # testing only (F13): None in production
+        calls: list[pb.TaskSpec] = []
+        for batch in batches:
+            tasks = list(batch.tasks)
+            if injector is not None and tasks and injector.fire("PushTasks", "cut"):
+                calls.extend(tasks[: injector.pick(len(tasks))])
+                stream.cut = True  # the rest is lost, and the replies; the channel breaks
+                break
+            calls.extend(tasks)
+        for spec in calls:
+            self._register(spec, stream)
+        last = len(calls) - 1
+        for i, spec in enumerate(calls):
+            stream.more = i < last  # replies of calls that came together leave together
+            self._run_call(spec, stream)
+            if not stream.open:
+                break
+        stream.more = False
+        stream.flush()
+        if stream.cut or not stream.open:
+            self._drop(stream)
+
+    def _drop(self, stream: DirectStream) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(stream.fd)
+        stream.close()
+
+    def close(self) -> None:
+        """Close every channel and the selector."""
+        for key in list(self._selector.get_map().values()):
+            if isinstance(key.data, DirectStream):
+                key.data.close()
+        self._selector.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def detach(writer: Any) -> socket.socket | None:
+    """The connected socket under an asyncio stream writer, taken from the loop (a duplicate
+    of its descriptor; the transport is closed without closing the connection). None when
+    the transport has no plain socket (TLS)."""
+    transport = writer.transport
+    if transport.get_extra_info("sslcontext") is not None:
+        return None
+    raw = transport.get_extra_info("socket")
+    if raw is None:
+        return None
+    transport.pause_reading()
+    fd = os.dup(raw.fileno())
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    transport.abort()
+    return sock

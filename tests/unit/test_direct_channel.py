@@ -1,0 +1,203 @@
+"""The direct task channel of a plain sync actor (worker/direct.py), without processes.
+
+A socket pair stands for the caller's channel; the thread that runs ``DirectLoop.run``
+stands for the worker's main thread, and an asyncio loop on another thread for its I/O loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.worker.direct import DirectLoop, DirectStream
+
+LEN = struct.Struct("<I")
+MAX_FRAME = 1 << 20
+
+
+def frame(batch: Any) -> bytes:
+    data = batch.SerializeToString()
+    return LEN.pack(len(data)) + data
+
+
+def specs(*ids: int) -> pb.TaskBatch:
+    return pb.TaskBatch(tasks=[pb.TaskSpec(task_id=bytes([i]) * 4) for i in ids])
+
+
+def read_frames(sock: socket.socket, n: int) -> list[pb.ReplyBatch]:
+    """``n`` reply frames off the caller's end (10 s at most)."""
+    sock.settimeout(10)
+    buf = b""
+    out = []
+    while len(out) < n:
+        chunk = sock.recv(1 << 16)
+        assert chunk, "the worker's end closed"
+        buf += chunk
+        while len(buf) >= 4 and len(buf) - 4 >= LEN.unpack_from(buf)[0]:
+            (size,) = LEN.unpack_from(buf)
+            batch = pb.ReplyBatch()
+            batch.ParseFromString(buf[4 : 4 + size])
+            out.append(batch)
+            buf = buf[4 + size :]
+    return out
+
+
+class Worker:
+    """A DirectLoop served on its own thread, with an I/O loop beside it."""
+
+    def __init__(self, run_call: Any = None) -> None:
+        self.io = asyncio.new_event_loop()
+        self.io_thread = threading.Thread(target=self.io.run_forever, daemon=True)
+        self.io_thread.start()
+        self.ran: list[tuple[bytes, str]] = []
+        self.registered: list[bytes] = []
+        self.queued: list[Any] = []
+        self.stop = False
+        self.idle_calls = 0
+        self.direct = DirectLoop(
+            max_frame=MAX_FRAME,
+            loop=self.io,
+            run_call=run_call or self.run_call,
+            drain_queue=self.drain_queue,
+            register=lambda spec, stream: self.registered.append(spec.task_id),
+            idle_after=lambda: 0.05 if self.idle_calls == 0 else None,
+            idle=self.on_idle,
+        )
+        self.thread = threading.Thread(target=self.direct.run, daemon=True)
+        self.thread.start()
+
+    def run_call(self, spec: pb.TaskSpec, stream: DirectStream) -> None:
+        self.ran.append((spec.task_id, threading.current_thread().name))
+        stream.send(pb.TaskReply(task_id=spec.task_id))
+
+    def drain_queue(self) -> bool:
+        self.queued.append("drained")
+        return not self.stop
+
+    def on_idle(self) -> None:
+        self.idle_calls += 1
+
+    def connect(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        self.direct.adopt(theirs)
+        ok = ours.recv(1)
+        assert ok == b"\x00", "the hello's answer comes on the adopted socket"
+        return ours
+
+    def close(self) -> None:
+        self.stop = True
+        self.direct.wake()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        self.direct.close()
+        self.io.call_soon_threadsafe(self.io.stop)
+        self.io_thread.join(10)
+        self.io.close()
+
+
+@pytest.fixture
+def worker() -> Iterator[Worker]:
+    w = Worker()
+    yield w
+    w.close()
+
+
+def test_calls_run_on_the_reading_thread_in_order_and_are_answered(worker: Worker) -> None:
+    caller = worker.connect()
+    caller.sendall(frame(specs(1)) + frame(specs(2, 3)))
+    replies = [r.task_id for b in read_frames(caller, 1) for r in b.replies]
+    while len(replies) < 3:
+        replies += [r.task_id for b in read_frames(caller, 1) for r in b.replies]
+    assert replies == [b"\x01" * 4, b"\x02" * 4, b"\x03" * 4]
+    assert [t for t, _ in worker.ran] == replies
+    # Every call ran on the loop's own thread: no hand-off to another thread.
+    assert {name for _, name in worker.ran} == {worker.thread.name}
+    assert worker.registered == replies  # cancel and exit can see each call before it runs
+
+
+def test_replies_of_calls_that_arrived_together_leave_in_one_frame(worker: Worker) -> None:
+    caller = worker.connect()
+    caller.sendall(frame(specs(*range(1, 51))))
+    (batch,) = read_frames(caller, 1)
+    assert [r.task_id[0] for r in batch.replies] == list(range(1, 51))
+
+
+def test_a_held_reply_leaves_by_the_io_loops_deadline_while_a_long_call_runs() -> None:
+    release = threading.Event()
+
+    def run_call(spec: pb.TaskSpec, stream: DirectStream) -> None:
+        if spec.task_id == b"\x02" * 4:
+            assert release.wait(10)  # a long call after a short one
+        stream.send(pb.TaskReply(task_id=spec.task_id))
+
+    w = Worker(run_call)
+    try:
+        caller = w.connect()
+        caller.sendall(frame(specs(1, 2)))
+        (first,) = read_frames(caller, 1)  # while call 2 still runs
+        assert [r.task_id for r in first.replies] == [b"\x01" * 4]
+        release.set()
+        (second,) = read_frames(caller, 1)
+        assert [r.task_id for r in second.replies] == [b"\x02" * 4]
+    finally:
+        release.set()
+        w.close()
+
+
+def test_output_goes_before_its_reply_and_running_output_goes_at_once() -> None:
+    def run_call(spec: pb.TaskSpec, stream: DirectStream) -> None:
+        stream.send_logs(spec.task_id, [("stdout", "while running\n", 0)])  # the I/O loop's flush
+        stream.send_rest(spec.task_id, [("stdout", "last words\n", 0)])
+        stream.send(pb.TaskReply(task_id=spec.task_id))
+
+    w = Worker(run_call)
+    try:
+        caller = w.connect()
+        caller.sendall(frame(specs(7)))
+        running, last = read_frames(caller, 2)
+        assert [r.text for r in running.logs] == ["while running\n"] and not running.replies
+        assert [r.text for r in last.logs] == ["last words\n"]
+        assert [r.task_id for r in last.replies] == [b"\x07" * 4]
+    finally:
+        w.close()
+
+
+def test_several_callers_and_a_frame_split_across_reads(worker: Worker) -> None:
+    a, b = worker.connect(), worker.connect()
+    data = frame(specs(9))
+    a.sendall(data[:3])
+    b.sendall(frame(specs(8)))
+    (rb,) = read_frames(b, 1)
+    assert [r.task_id for r in rb.replies] == [b"\x08" * 4]
+    a.sendall(data[3:])
+    (ra,) = read_frames(a, 1)
+    assert [r.task_id for r in ra.replies] == [b"\x09" * 4]
+
+
+def test_an_oversized_frame_or_a_hang_up_closes_only_that_channel(worker: Worker) -> None:
+    bad, good = worker.connect(), worker.connect()
+    bad.sendall(LEN.pack(MAX_FRAME + 1))
+    bad.settimeout(10)
+    assert bad.recv(1) == b""  # closed by the worker
+    gone = worker.connect()
+    gone.close()
+    good.sendall(frame(specs(5)))
+    (reply,) = read_frames(good, 1)
+    assert [r.task_id for r in reply.replies] == [b"\x05" * 4]
+
+
+def test_wake_runs_queued_work_and_idle_runs_when_nothing_happens(worker: Worker) -> None:
+    worker.direct.wake()
+    deadline = threading.Event()
+    for _ in range(100):
+        if worker.queued and worker.idle_calls:
+            break
+        deadline.wait(0.05)
+    assert worker.queued and worker.idle_calls == 1
