@@ -3,7 +3,8 @@
 Starts a cluster from the panel, opens a script and runs "Submit as nbcluster Job" on it
 (the script's folder is its working_dir), sees the job's row go to SUCCEEDED with a
 duration and its live log in the log view; submits a long job, stops it from its row and
-removes it. The lab, the browser and the panel come from the ``nbcluster_panel`` fixture
+removes it; then a job submitted through the SDK while the panel is idle appears in the
+list by itself and goes to SUCCEEDED. The lab, the browser and the panel come from the ``nbcluster_panel`` fixture
 (conftest.py: this tree's built extension). Screenshots: ``test-artifacts/jobs-*.png``.
 """
 
@@ -15,8 +16,14 @@ from typing import Any
 
 import pytest
 
+from nbcluster.job_submission import JobSubmissionClient
+
 CHROMIUM = Path("/usr/bin/chromium")
 TIMEOUT_MS = 120_000
+#: A job submitted elsewhere shows up within the panel's idle list refresh (10 s), with
+#: room for a loaded machine; it never showed before (the panel only looked after its own
+#: actions).
+IDLE_APPEAR_MS = 60_000
 
 pytestmark = [
     pytest.mark.browser,
@@ -29,7 +36,9 @@ pytestmark = [
 
 
 @pytest.mark.timeout(600)
-def test_jobs_section_submit_follow_stop_remove(nbcluster_panel: Any) -> None:
+def test_jobs_section_submit_follow_stop_remove(
+    nbcluster_panel: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from playwright.sync_api import expect
 
     lab = nbcluster_panel.lab
@@ -85,6 +94,19 @@ def test_jobs_section_submit_follow_stop_remove(nbcluster_panel: Any) -> None:
     expect(jobs.locator(".nbcluster-job")).to_have_count(1, timeout=TIMEOUT_MS)
     expect(panel.locator(".nbcluster-error")).to_have_text("")
     nbcluster_panel.shot("3-removed")
+
+    # A job submitted elsewhere (the SDK, as the CLI does) while the panel is idle: it
+    # shows up with no action in the panel, and its row follows it to SUCCEEDED.
+    monkeypatch.setenv("NBCLUSTER_TEMP_DIR", str(lab.sessions_dir))
+    with JobSubmissionClient(cluster["address"]) as client:
+        sid = client.submit_job(entrypoint="python -c \"print('FROM THE SDK')\"")
+    sdk_row = jobs.locator(f'.nbcluster-job[data-submission-id="{sid}"]')
+    expect(sdk_row).to_have_count(1, timeout=IDLE_APPEAR_MS)
+    expect(sdk_row.locator(".nbcluster-job-status")).to_have_text(
+        "SUCCEEDED", timeout=IDLE_APPEAR_MS
+    )
+    expect(jobs.locator(".nbcluster-job")).to_have_count(2)
+    nbcluster_panel.shot("4-from-sdk")
 
     nbcluster_panel.stop_cluster(cluster)
     errors = nbcluster_panel.console_errors("nbcluster")
