@@ -14,78 +14,15 @@ object without calling ``__init__``, so constructor signatures are free to diffe
 
 The classes are defined by area under :mod:`nbcluster._runtime.exceptions` (the runtime
 raises them and imports nothing above itself); this module is where users import them from,
-and the name each class gives as its ``__module__``.
+and the name each class gives as its ``__module__``. Its ``__all__`` is the runtime's
+(every error type there, so a new one is listed in one place), without the runtime's
+constant ``MAX_TRACEBACK_BYTES`` (importable from here, not exported).
 """
 
-from nbcluster._runtime.exceptions import (  # noqa: F401 - MAX_TRACEBACK_BYTES: the cut
-    MAX_TRACEBACK_BYTES,
-    ActorDiedError,
-    ActorError,
-    ActorUnavailableError,
-    ActorUnschedulableError,
-    AsyncioActorExit,
-    AuthenticationError,
-    GetTimeoutError,
-    HeadUnavailableError,
-    InfeasibleResourceWarning,
-    LocalNodeDiedError,
-    NbclusterError,
-    NbclusterSystemError,
-    NodeDiedError,
-    ObjectFetchTimedOutError,
-    ObjectFreedError,
-    ObjectLostError,
-    ObjectReconstructionFailedError,
-    ObjectReconstructionFailedLineageEvictedError,
-    ObjectReconstructionFailedMaxAttemptsExceededError,
-    ObjectStoreFullError,
-    OutOfDiskError,
-    OutOfMemoryError,
-    OwnerDiedError,
-    PendingCallsLimitExceeded,
-    PendingTasksLimitExceeded,
-    ReferenceCountingAssertionError,
-    RuntimeEnvSetupError,
-    SerializationError,
-    TaskCancelledError,
-    TaskError,
-    TaskUnschedulableError,
-    UnserializableException,
-    WorkerCrashedError,
-)
+from nbcluster._runtime import exceptions as _runtime
+from nbcluster._runtime.exceptions import *  # noqa: F403 - exactly the runtime's __all__
 
-__all__ = [
-    "ActorDiedError",
-    "ActorError",
-    "ActorUnavailableError",
-    "ActorUnschedulableError",
-    "AsyncioActorExit",
-    "AuthenticationError",
-    "GetTimeoutError",
-    "HeadUnavailableError",
-    "InfeasibleResourceWarning",
-    "LocalNodeDiedError",
-    "NbclusterError",
-    "NbclusterSystemError",
-    "NodeDiedError",
-    "ObjectFetchTimedOutError",
-    "ObjectFreedError",
-    "ObjectLostError",
-    "ObjectReconstructionFailedError",
-    "ObjectReconstructionFailedLineageEvictedError",
-    "ObjectReconstructionFailedMaxAttemptsExceededError",
-    "ObjectStoreFullError",
-    "OutOfDiskError",
-    "OutOfMemoryError",
-    "OwnerDiedError",
-    "PendingCallsLimitExceeded",
-    "PendingTasksLimitExceeded",
-    "ReferenceCountingAssertionError",
-    "RuntimeEnvSetupError",
-    "SerializationError",
-    "TaskCancelledError",
-    "TaskError",
-    "TaskUnschedulableError",
-    "UnserializableException",
-    "WorkerCrashedError",
-]
+# The forms type checkers read statically (``+=`` another module's ``__all__``, ``remove``).
+__all__: list[str] = []
+__all__ += _runtime.__all__
+__all__.remove("MAX_TRACEBACK_BYTES")

@@ -25,6 +25,14 @@ export interface IJobsHost {
 const MAX_LOG_CHARS = 200_000;
 /** At most this often the list is read because the cluster changed (jobs submitted elsewhere). */
 const STORE_REFRESH_MS = 10_000;
+/** How often the list is read while a job of it runs (its status and duration move). */
+const BUSY_LIST = { interval: 2000, backoff: true, max: 30000 };
+/**
+ * How often the list is read while no job of it runs: jobs submitted elsewhere (the CLI,
+ * the SDK, another page) must show up, and the heads push nothing for a job that uses
+ * no resources, so an idle page still reads the list (one small request) this often.
+ */
+const IDLE_LIST = { interval: 10_000, backoff: true, max: 30000 };
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -127,11 +135,11 @@ export class JobsSection {
 
     this._listPoll = new Poll({
       factory: () => this.refresh(),
-      frequency: { interval: 2000, backoff: true, max: 30000 },
-      // Poll while a job runs; with none running the list changes only by what this panel
-      // does (it refreshes then) or by submissions from elsewhere, which the cluster's
-      // pushed updates bring (see _clustersChanged): an idle page sends no requests.
-      standby: () => document.hidden || !this._jobs.some(j => !isTerminal(j.status)),
+      frequency: IDLE_LIST,
+      // Fast while a job runs, slow while none does (refresh() switches): with none
+      // running the list still changes by submissions from elsewhere, which the
+      // cluster's pushed updates do not always bring (a job that uses no resources).
+      standby: () => document.hidden || this.clusterId === null,
       name: 'nbcluster:jobs'
     });
     this._logPoll = new Poll({
@@ -162,6 +170,8 @@ export class JobsSection {
     }
     const job = await this.api.submit(id, { path });
     await this.refresh();
+    // Follow the new job at the busy pace from now on, not after the idle wait.
+    void this._listPoll.schedule({ interval: BUSY_LIST.interval, phase: 'refreshed' });
     this.select(job.submission_id);
     return job;
   }
@@ -220,6 +230,10 @@ export class JobsSection {
     } catch (error) {
       this._error = error instanceof Error ? error.message : String(error);
     }
+    // The next reads of the list: fast while a job runs, slow while none does.
+    this._listPoll.frequency = this._jobs.some(j => !isTerminal(j.status))
+      ? BUSY_LIST
+      : IDLE_LIST;
     this._render();
   }
 

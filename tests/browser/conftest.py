@@ -6,6 +6,11 @@
   :class:`LabServer`. Teardown stops it by its PID (SIGTERM, then SIGKILL).
 - ``chromium_page``: a page in Debian's ``/usr/bin/chromium`` driven by Python playwright
   (no browser download), 1400×1000.
+- ``nbcluster_panel``: both of the above with this tree's built extension, the nbcluster
+  sidebar panel open (update interval 500 ms); a :class:`PanelSession` whose
+  ``start_cluster()`` / ``stop_cluster()`` drive the panel's buttons. On a failure it
+  writes the page, the lab log and the browser console to ``test-artifacts/<name>-*``;
+  teardown stops the lab and checks no cluster process is left.
 
 When this tree has a built lab extension (``nbcluster/labextension/``), the server loads
 that one: ``JUPYTER_PATH`` starts with a folder whose ``labextensions/nbcluster`` links
@@ -17,6 +22,7 @@ it); these fixtures assume it is there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +39,8 @@ from typing import Any
 
 import pytest
 
+from nbcluster.testing import assert_no_processes
+
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -41,6 +49,8 @@ ARTIFACTS = REPO / "test-artifacts"
 BUILT_LABEXTENSION = REPO / "nbcluster" / "labextension"
 LAB_TOKEN = "nbcluster-browser-test"
 LAB_START_TIMEOUT_S = 120.0
+#: Playwright waits of the panel helpers (a loaded CI machine is slow, never stuck).
+PANEL_TIMEOUT_MS = 120_000
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -199,3 +209,112 @@ def chromium_page() -> Iterator[Any]:
             yield browser.new_page(viewport={"width": 1400, "height": 1000})
         finally:
             browser.close()
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Remember on the item that a phase failed (``nbcluster_panel`` saves artifacts then)."""
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@dataclass
+class PanelSession:
+    """A lab in chromium with the nbcluster sidebar panel open (``nbcluster_panel``)."""
+
+    lab: LabServer
+    page: Any
+    #: Every browser console message, as ``"<type>: <text>"``.
+    console: list[str]
+    #: Prefix of this test's files in ``test-artifacts/``.
+    name: str
+
+    @property
+    def panel(self) -> Any:
+        """The panel's locator (``#nbcluster-panel``)."""
+        return self.page.locator("#nbcluster-panel")
+
+    @property
+    def jobs(self) -> Any:
+        """The panel's Jobs section."""
+        return self.panel.locator(".nbcluster-jobs")
+
+    def shot(self, name: str) -> None:
+        """Screenshot of the panel to ``test-artifacts/<prefix>-<name>.png``."""
+        self.panel.screenshot(path=str(ARTIFACTS / f"{self.name}-{name}.png"))
+
+    def start_cluster(self, cpus: int = 2) -> dict[str, Any]:
+        """Start a cluster from the panel; wait for its card and empty job list; return it
+        as the server lists it (``address``, ``session_dir``, ...)."""
+        from playwright.sync_api import expect
+
+        self.panel.locator(".nbcluster-start-cpus").fill(str(cpus))
+        self.panel.locator(".nbcluster-start-button").click()
+        expect(self.panel.locator(".nbcluster-card")).to_have_count(1, timeout=PANEL_TIMEOUT_MS)
+        expect(self.jobs.locator(".nbcluster-jobs-empty")).to_contain_text(
+            "No jobs yet", timeout=PANEL_TIMEOUT_MS
+        )
+        code, listing = self.lab.api("GET", "nbcluster/api/clusters")
+        assert code == 200, listing
+        (cluster,) = listing["clusters"]
+        return dict(cluster)
+
+    def stop_cluster(self, cluster: dict[str, Any]) -> None:
+        """Stop the cluster with the panel's button; check none of its processes is left."""
+        from playwright.sync_api import expect
+
+        self.panel.locator(".nbcluster-stop").click()
+        expect(self.panel.locator(".nbcluster-card")).to_have_count(0, timeout=PANEL_TIMEOUT_MS)
+        assert_no_processes(Path(cluster["session_dir"]), timeout=30)
+
+    def console_errors(self, word: str) -> list[str]:
+        """Console errors whose text holds ``word`` (case-insensitive)."""
+        return [m for m in self.console if m.startswith("error") and word.lower() in m.lower()]
+
+    def save_artifacts(self) -> None:
+        """The page, the lab's log and the console, to ``test-artifacts/<prefix>-*``."""
+        ARTIFACTS.mkdir(exist_ok=True)
+        with contextlib.suppress(Exception):  # a dead page must not hide the test's failure
+            self.page.screenshot(path=str(ARTIFACTS / f"{self.name}-failure.png"))
+        (ARTIFACTS / f"{self.name}-lab.log").write_bytes(self.lab.log.read_bytes())
+        (ARTIFACTS / f"{self.name}-console.log").write_text("\n".join(self.console))
+
+
+@pytest.fixture
+def nbcluster_panel(
+    request: pytest.FixtureRequest,
+    jupyter_lab: Callable[..., LabServer],
+    chromium_page: Any,
+) -> Iterator[PanelSession]:
+    """This tree's lab extension in a lab in chromium, its sidebar panel open."""
+    assert (BUILT_LABEXTENSION / "package.json").exists(), (
+        "the lab extension of this tree is not built: run `jlpm install && jlpm build` in "
+        "labextension/ (or `make labext`)"
+    )
+    lab = jupyter_lab(settings={"nbcluster:plugin": {"pollInterval": 500}})
+    name = request.path.stem.removeprefix("test_").removesuffix("_browser")
+    session = PanelSession(lab, chromium_page, [], name)
+    page = chromium_page
+    page.on("console", lambda m: session.console.append(f"{m.type}: {m.text}"))
+    try:
+        page.goto(lab.url, timeout=PANEL_TIMEOUT_MS)
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell")
+        page.wait_for_selector(".jp-Launcher", timeout=PANEL_TIMEOUT_MS)
+        page.locator('.jp-SideBar.jp-mod-left li[data-id="nbcluster-panel"]').click()
+        page.locator("#nbcluster-panel").wait_for(timeout=PANEL_TIMEOUT_MS)
+    except BaseException:
+        session.save_artifacts()
+        lab.stop()
+        raise
+    try:
+        yield session
+    finally:
+        if request.node.stash.get(_FAILED, False):
+            session.save_artifacts()
+        lab.stop()
+    assert_no_processes(lab.sessions_dir, timeout=30)

@@ -18,19 +18,14 @@ stays undefined. Screenshots: ``test-artifacts/xss-*.png``.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nbcluster.job_submission import JobSubmissionClient
-from nbcluster.testing import assert_no_processes
 
 CHROMIUM = Path("/usr/bin/chromium")
-REPO = Path(__file__).resolve().parents[2]
-BUILT = REPO / "nbcluster" / "labextension"
-ARTIFACTS = REPO / "test-artifacts"
 TIMEOUT_MS = 120_000
 
 HOSTILE = [
@@ -80,113 +75,67 @@ pytestmark = [
 ]
 
 
-def shot(target: Any, name: str) -> None:
-    target.screenshot(path=str(ARTIFACTS / f"xss-{name}.png"))
-
-
-@pytest.fixture
-def this_trees_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the lab load the extension built from this tree (first on JUPYTER_PATH)."""
-    assert (BUILT / "package.json").exists(), (
-        "the lab extension of this tree is not built: run `jlpm install && jlpm build` in "
-        "labextension/ (or `make`)"
-    )
-    path = tmp_path / "jupyter_path" / "labextensions"
-    path.mkdir(parents=True)
-    (path / "nbcluster").symlink_to(BUILT)
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter_path"))
-
-
 @pytest.mark.timeout(600)
 def test_hostile_text_in_the_panel_is_escaped(
-    this_trees_extension: None,
-    jupyter_lab: Callable[..., Any],
-    chromium_page: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    nbcluster_panel: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from playwright.sync_api import expect
 
-    lab = jupyter_lab(settings={"nbcluster:plugin": {"pollInterval": 500}})
+    lab = nbcluster_panel.lab
     script = lab.root_dir / "xss_job.py"
     script.write_text(JOB_SCRIPT)
     (lab.root_dir / "quiet_job.py").write_text("print('QUIET')\n")
-    page = chromium_page
-    console: list[str] = []
-    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-    try:
-        page.goto(lab.url, timeout=TIMEOUT_MS)
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell")
-        page.wait_for_selector(".jp-Launcher", timeout=TIMEOUT_MS)
-        page.locator('.jp-SideBar.jp-mod-left li[data-id="nbcluster-panel"]').click()
-        panel = page.locator("#nbcluster-panel")
-        jobs = panel.locator(".nbcluster-jobs")
-        panel.locator(".nbcluster-start-cpus").fill("2")
-        panel.locator(".nbcluster-start-button").click()
-        expect(panel.locator(".nbcluster-card")).to_have_count(1, timeout=TIMEOUT_MS)
-        expect(jobs.locator(".nbcluster-jobs-empty")).to_contain_text(
-            "No jobs yet", timeout=TIMEOUT_MS
-        )
+    page = nbcluster_panel.page
+    panel = nbcluster_panel.panel
+    jobs = nbcluster_panel.jobs
+    cluster = nbcluster_panel.start_cluster(cpus=2)
 
-        # A server error message that holds a hostile path, shown at the top of the panel.
-        bad_path = f"{HOSTILE[1]}.py"
-        page.evaluate(
-            "p => window.jupyterapp.commands.execute('nbcluster:submit-as-job', {path: p})"
-            ".then(() => true)",
-            bad_path,
-        )
-        error = panel.locator(".nbcluster-error")
-        expect(error).to_contain_text(bad_path, timeout=TIMEOUT_MS)
+    # A server error message that holds a hostile path, shown at the top of the panel.
+    bad_path = f"{HOSTILE[1]}.py"
+    page.evaluate(
+        "p => window.jupyterapp.commands.execute('nbcluster:submit-as-job', {path: p})"
+        ".then(() => true)",
+        bad_path,
+    )
+    error = panel.locator(".nbcluster-error")
+    expect(error).to_contain_text(bad_path, timeout=TIMEOUT_MS)
 
-        # Jobs submitted elsewhere (a client of the cluster), which the panel lists.
-        code, listing = lab.api("GET", "nbcluster/api/clusters")
-        assert code == 200, listing
-        (cluster,) = listing["clusters"]
-        monkeypatch.setenv("NBCLUSTER_TEMP_DIR", str(lab.sessions_dir))
-        entrypoint = shlex.join(["python", str(script), *HOSTILE])
-        with JobSubmissionClient(cluster["address"]) as client:
-            sid = client.submit_job(entrypoint=entrypoint, metadata={"note": HOSTILE[0]})
-            bad_sid = client.submit_job(entrypoint=shlex.quote(HOSTILE[1]))
+    # Jobs submitted elsewhere (a client of the cluster), which the panel lists.
+    monkeypatch.setenv("NBCLUSTER_TEMP_DIR", str(lab.sessions_dir))
+    entrypoint = shlex.join(["python", str(script), *HOSTILE])
+    with JobSubmissionClient(cluster["address"]) as client:
+        sid = client.submit_job(entrypoint=entrypoint, metadata={"note": HOSTILE[0]})
+        bad_sid = client.submit_job(entrypoint=shlex.quote(HOSTILE[1]))
 
-        # A job submitted from the panel refreshes its list, which then shows all three.
-        page.evaluate(
-            "() => window.jupyterapp.commands"
-            ".execute('nbcluster:submit-as-job', {path: 'quiet_job.py'}).then(() => true)"
-        )
-        rows = jobs.locator(".nbcluster-job")
-        expect(rows).to_have_count(3, timeout=TIMEOUT_MS)
-        row = jobs.locator(f'.nbcluster-job[data-submission-id="{sid}"]')
-        bad_row = jobs.locator(f'.nbcluster-job[data-submission-id="{bad_sid}"]')
-        expect(bad_row.locator(".nbcluster-job-status")).to_have_text("FAILED", timeout=TIMEOUT_MS)
-        expect(bad_row.locator(".nbcluster-job-reason")).to_contain_text(HOSTILE[1])
-        expect(row.locator(".nbcluster-job-status")).to_have_text("FAILED", timeout=TIMEOUT_MS)
-        # The panel selected its own job: let its log view read that finished log to the
-        # end (polled every second), so the switch below is from a fully read log.
-        expect(jobs.locator(".nbcluster-job-log")).to_contain_text("QUIET", timeout=TIMEOUT_MS)
-        page.wait_for_timeout(3000)
-        row.locator(".nbcluster-job-id").click()  # not the row's middle: its Stop button
-        log = jobs.locator(".nbcluster-job-log")
-        expect(row).to_have_attribute("title", entrypoint)
-        expect(log).to_contain_text(f"ValueError: {HOSTILE[0]}", timeout=TIMEOUT_MS)
-        for text in HOSTILE:
-            expect(log).to_contain_text(f"TASK SAYS {text}")
-        expect(log).to_contain_text(f"ACTOR True {HOSTILE[1]}")
-        shot(panel, "panel")
+    # A job submitted from the panel refreshes its list, which then shows all three.
+    page.evaluate(
+        "() => window.jupyterapp.commands"
+        ".execute('nbcluster:submit-as-job', {path: 'quiet_job.py'}).then(() => true)"
+    )
+    rows = jobs.locator(".nbcluster-job")
+    expect(rows).to_have_count(3, timeout=TIMEOUT_MS)
+    row = jobs.locator(f'.nbcluster-job[data-submission-id="{sid}"]')
+    bad_row = jobs.locator(f'.nbcluster-job[data-submission-id="{bad_sid}"]')
+    expect(bad_row.locator(".nbcluster-job-status")).to_have_text("FAILED", timeout=TIMEOUT_MS)
+    expect(bad_row.locator(".nbcluster-job-reason")).to_contain_text(HOSTILE[1])
+    expect(row.locator(".nbcluster-job-status")).to_have_text("FAILED", timeout=TIMEOUT_MS)
+    # The panel selected its own job: let its log view read that finished log to the
+    # end (polled every second), so the switch below is from a fully read log.
+    expect(jobs.locator(".nbcluster-job-log")).to_contain_text("QUIET", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(3000)
+    row.locator(".nbcluster-job-id").click()  # not the row's middle: its Stop button
+    log = jobs.locator(".nbcluster-job-log")
+    expect(row).to_have_attribute("title", entrypoint)
+    expect(log).to_contain_text(f"ValueError: {HOSTILE[0]}", timeout=TIMEOUT_MS)
+    for text in HOSTILE:
+        expect(log).to_contain_text(f"TASK SAYS {text}")
+    expect(log).to_contain_text(f"ACTOR True {HOSTILE[1]}")
+    nbcluster_panel.shot("panel")
 
-        assert panel.locator(INJECTED).count() == 0, panel.inner_html()
-        assert page.evaluate("() => window.__xss") is None
+    assert panel.locator(INJECTED).count() == 0, panel.inner_html()
+    assert page.evaluate("() => window.__xss") is None
 
-        panel.locator(".nbcluster-stop").click()
-        expect(panel.locator(".nbcluster-card")).to_have_count(0, timeout=TIMEOUT_MS)
-        assert_no_processes(Path(cluster["session_dir"]), timeout=30)
-        assert page.evaluate("() => window.__xss") is None
-        errors = [m for m in console if m.startswith("error") and "xss" in m.lower()]
-        assert not errors, errors
-    except BaseException:
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "xss-failure.png"))
-        (ARTIFACTS / "xss-lab.log").write_bytes(lab.log.read_bytes())
-        (ARTIFACTS / "xss-console.log").write_text("\n".join(console))
-        raise
-    finally:
-        lab.stop()
-    assert_no_processes(lab.sessions_dir, timeout=30)
+    nbcluster_panel.stop_cluster(cluster)
+    assert page.evaluate("() => window.__xss") is None
+    errors = nbcluster_panel.console_errors("xss")
+    assert not errors, errors

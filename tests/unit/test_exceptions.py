@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import pickle
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 import cloudpickle
 import pytest
 
+import nbcluster._runtime.exceptions as runtime_exc_mod
 import nbcluster.exceptions as exc_mod
 from nbcluster._runtime.exceptions import base as _error_base
 from nbcluster._runtime.exceptions import task as _task_errors
@@ -116,6 +118,34 @@ def test_all_lists_every_public_class_with_a_docstring() -> None:
     assert public == set(exc_mod.__all__)
     for name in exc_mod.__all__:
         assert getattr(exc_mod, name).__doc__, name
+
+
+def test_all_is_the_runtime_error_list_under_the_public_module() -> None:
+    assert exc_mod.__all__ == [n for n in runtime_exc_mod.__all__ if n != "MAX_TRACEBACK_BYTES"]
+    for name in exc_mod.__all__:
+        cls = getattr(exc_mod, name)
+        assert cls is getattr(runtime_exc_mod, name)
+        assert cls.__module__ == "nbcluster.exceptions", name
+    assert exc_mod.MAX_TRACEBACK_BYTES == runtime_exc_mod.MAX_TRACEBACK_BYTES
+
+
+def test_a_new_runtime_error_is_public_without_a_second_listing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class BrandNewError(NbclusterError):
+        """A future error type, added only to the runtime's list."""
+
+    monkeypatch.setattr(runtime_exc_mod, "BrandNewError", BrandNewError, raising=False)
+    monkeypatch.setattr(runtime_exc_mod, "__all__", [*runtime_exc_mod.__all__, "BrandNewError"])
+    try:
+        importlib.reload(exc_mod)
+        assert "BrandNewError" in exc_mod.__all__
+        assert exc_mod.BrandNewError is BrandNewError  # type: ignore[attr-defined]
+    finally:
+        monkeypatch.undo()
+        vars(exc_mod).pop("BrandNewError", None)
+        importlib.reload(exc_mod)
+    assert "BrandNewError" not in exc_mod.__all__
 
 
 @pytest.mark.parametrize("name", [n for n in exc_mod.__all__ if n != "InfeasibleResourceWarning"])

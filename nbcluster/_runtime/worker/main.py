@@ -321,10 +321,11 @@ class Executor:
             return self._sync_wrapper(method) if is_async else method
         fn = self.functions.get(spec.function_id)
         if fn is None:
-            reply = self.client.run(
-                lambda: self.client.head().GetFunction(
+            reply = self.client.call_head(
+                "GetFunction",
+                lambda head: head.GetFunction(
                     pb.GetFunctionRequest(function_id=spec.function_id), timeout=30
-                )
+                ),
             )
             if not reply.found:
                 raise exc.NbclusterSystemError(
