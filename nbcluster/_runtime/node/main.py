@@ -28,7 +28,7 @@ from nbcluster._runtime.node.service import (
     memory_monitor,
 )
 from nbcluster._runtime.node.state import NodeState
-from nbcluster._runtime.node.zygote import Zygote
+from nbcluster._runtime.node.zygote import Zygote, preload_worker_modules
 from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol.protos import bundles_pb2_grpc, transfer_pb2_grpc
@@ -231,8 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parent-fd", type=int, default=-1)
     p.add_argument("--allow-external", action="store_true")
     args = p.parse_args(argv)
-    # Fork the worker fork server before any gRPC object or event loop exists.
-    import nbcluster._runtime.worker.main  # noqa: F401 - preload for the zygote
+    # Fork the worker fork server before any gRPC object or event loop exists, with what a
+    # worker imports already loaded.
+    preload_worker_modules()
 
     death_r, death_w = os.pipe()  # workers see EOF on death_r when this process is gone
     zygote = Zygote(

@@ -13,11 +13,33 @@ The zygote exits when the command pipe closes (the node manager is gone).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import select
 import signal
 import sys
 from collections.abc import Callable
+
+#: What a worker imports on start-up, loaded in the node manager before the zygote forks:
+#: a forked worker inherits them, so it imports (and, without .pyc files, compiles) none of
+#: them itself. Beside the worker's own module: ``CoreClient`` imports its submitters
+#: lazily, ``loops.new_event_loop`` imports uvloop (optional), ``_raise_fd_limit`` imports
+#: ``resource``, and asyncio's ``getaddrinfo`` of a host name loads the ``idna`` codec.
+WORKER_MODULES = (
+    "nbcluster._runtime.worker.main",
+    "nbcluster._runtime.core.submitter",
+    "nbcluster._runtime.core.actor_submitter",
+    "resource",
+    "encodings.idna",
+    "uvloop",
+)
+
+
+def preload_worker_modules() -> None:
+    """Import :data:`WORKER_MODULES` (those not installed are skipped)."""
+    for name in WORKER_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 class Zygote:

@@ -29,6 +29,7 @@ __all__ = [
     "pb",
     "pb_grpc",
     "AuthedStub",
+    "LazyStub",
     "TokenAuthInterceptor",
     "auth_metadata",
     "bind",
@@ -289,6 +290,45 @@ class AuthedStub:
         return call
 
 
+class _RecordingChannel:
+    """Stands in for a channel while a generated stub's constructor runs: records each
+    method's kind, path and arguments instead of registering it."""
+
+    def __getattr__(self, kind: str) -> Callable[..., tuple[str, str, dict[str, Any]]]:
+        return lambda path, **kwargs: (kind, path, kwargs)
+
+
+_METHOD_SPECS: dict[type, dict[str, tuple[str, str, dict[str, Any]]]] = {}
+
+
+class LazyStub:
+    """A generated stub whose methods are registered on the channel on first use.
+
+    ``LazyStub(pb_grpc.HeadStub, channel)`` answers the stub's methods like
+    ``HeadStub(channel)``, but a generated constructor registers every method of the
+    service on the channel (28 for the head), which is most of a new worker's start-up
+    CPU after its imports; a process uses a few of them.
+    """
+
+    def __init__(self, stub_class: type, channel: Any) -> None:
+        specs = _METHOD_SPECS.get(stub_class)
+        if specs is None:
+            recorded = stub_class.__new__(stub_class)
+            stub_class.__init__(recorded, _RecordingChannel())
+            specs = _METHOD_SPECS[stub_class] = dict(vars(recorded))
+        self._specs = specs
+        self._channel = channel
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            kind, path, kwargs = self._specs[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        method = getattr(self._channel, kind)(path, **kwargs)
+        self.__dict__[name] = method
+        return method
+
+
 _STREAMING = frozenset({"PushTasks", "ReadObject"})
 
 
@@ -352,11 +392,14 @@ class Channels:
         stub = self._stubs.get(key)
         if stub is None:
             channel = self.channel(address)
-            raw = {
-                "head": pb_grpc.HeadStub,
-                "node": pb_grpc.NodeManagerStub,
-                "core": pb_grpc.CoreWorkerStub,
-            }[kind](channel)
+            raw = LazyStub(
+                {
+                    "head": pb_grpc.HeadStub,
+                    "node": pb_grpc.NodeManagerStub,
+                    "core": pb_grpc.CoreWorkerStub,
+                }[kind],
+                channel,
+            )
             stub = AuthedStub(raw, self.token)
             if kind != "head":  # head calls have their own, longer, grace period
                 stub = RetryingStub(stub, self.retry_budget_s)  # type: ignore[assignment]
