@@ -73,6 +73,24 @@ def test_a_pooled_file_is_written_before_the_reservation_is_awaited(shm_dir: str
     assert view is not None and float(deserialize(view).sum()) == 3 * MiB // 8
 
 
+def test_a_file_pooled_during_the_reservation_is_used(shm_dir: str) -> None:
+    # The node recycles a just-freed object's file before it answers the reservation: the
+    # write must use that file rather than allocate a new one.
+    value = serialize(np.ones(3 * MiB // 8))
+    calls = []
+
+    def reserve() -> None:
+        calls.append(1)
+        store.allocate_pool_files(shm_dir, [4 * MiB])
+
+    store.write_object(shm_dir, b"\x04" * 20, value, reserve=reserve)
+    assert calls == [1]
+    assert store.pool_file_sizes(shm_dir) == []  # the pooled file was taken
+    assert os.stat(store.object_path(shm_dir, b"\x04" * 20)).st_size == value.total_size
+    view = store.read_object(shm_dir, b"\x04" * 20)
+    assert view is not None and float(deserialize(view).sum()) == 3 * MiB // 8
+
+
 @pytest.mark.parametrize("pooled", [False, True])
 def test_a_refused_reservation_leaves_nothing_behind(shm_dir: str, pooled: bool) -> None:
     if pooled:

@@ -153,8 +153,9 @@ def write_object(
     (the reply to ``CreateObject``, sent before this call) and raises if it refused. It is
     called before a new file is written (writing allocates the memory it reserved), but
     only after a recycled file is written (its memory is allocated already): the round
-    trip then overlaps the copy. Either way it returns before the object is sealed; if
-    it raises, nothing is left behind.
+    trip then overlaps the copy. When no pooled file fits, the pool is looked at again
+    after the reply (the node may have recycled a just-freed file meanwhile). Either way
+    it returns before the object is sealed; if it raises, nothing is left behind.
     """
     final = object_path(store_dir, object_id)
     if os.path.exists(final):
@@ -164,6 +165,17 @@ def write_object(
     tmp = _temp_path(store_dir, object_id)
     fd, allocated = _open_new(store_dir, tmp, size)
     try:
+        if not allocated and reserve is not None and size >= RECYCLE_MIN_SIZE:
+            # The pool had no file that fits, but one may be on its way back (an object
+            # freed just before this write, whose file the node recycles before it answers
+            # the reservation): look again after the reply, before writing a new file.
+            reserve()
+            reserve = None
+            if os.fstat(fd).st_size == 0 and _pool_files(store_dir):
+                os.close(fd)
+                fd = -1
+                _unlink_quiet(tmp)
+                fd, allocated = _open_new(store_dir, tmp, size)
         if allocated and size >= MAPPED_WRITE_MIN:
             _write_mapped(fd, size, chunks)
         else:
@@ -179,7 +191,8 @@ def write_object(
         if reserve is not None:
             reserve()
     except BaseException:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
         _unlink_quiet(tmp)
         raise
     os.close(fd)
