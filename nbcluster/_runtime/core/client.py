@@ -37,6 +37,7 @@ from nbcluster._runtime.core.ownership import (
     Waiter,
 )
 from nbcluster._runtime.core.service import CoreWorkerService
+from nbcluster._runtime.core.store_writer import write_to_local_store
 from nbcluster._runtime.loops import new_event_loop
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
@@ -389,24 +390,8 @@ class CoreClient:
         caller, not to the worker writing it); this process by default. The node frees an
         owner's objects when it dies.
         """
-        owner_address = owner or self.address
-        try:
-            self.run(
-                lambda: self.node().CreateObject(
-                    pb.CreateObjectRequest(
-                        object_id=object_id, size=sv.total_size, owner_address=owner_address
-                    ),
-                    timeout=60,
-                )
-            )
-        except RpcError as err:
-            raise to_exception(err, Peer.NODE, "CreateObject") from None
-        with contextlib.suppress(FileExistsError):  # a retried task wrote it already
-            objstore.write_object(self.store_dir, object_id, sv)
-        self.run(
-            lambda: self.node().SealObject(
-                pb.SealObjectRequest(object_id=object_id, size=sv.total_size), timeout=60
-            )
+        write_to_local_store(
+            self, object_id, sv, owner or self.address, wait_for_seal=self.mode == "worker"
         )
 
     # -- reading values ------------------------------------------------------------------------

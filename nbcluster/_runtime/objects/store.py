@@ -67,6 +67,7 @@ import mmap
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -135,13 +136,26 @@ def object_path(store_dir: str, object_id: bytes) -> str:
     return os.path.join(store_dir, object_id.hex())
 
 
-def write_object(store_dir: str, object_id: bytes, value: SerializedValue) -> int:
+def write_object(
+    store_dir: str,
+    object_id: bytes,
+    value: SerializedValue,
+    reserve: Callable[[], None] | None = None,
+) -> int:
     """Write and seal ``value`` as ``object_id``; return its size in bytes.
 
     The bytes go from the value's own buffers into the file with one ``os.pwritev``
     (one copy), into a recycled file when one is available. Raises ``FileExistsError``
     if the object is already sealed (treat it as stored: ids are never reused for
     different values), and ``OSError(ENOSPC)`` when the directory is full.
+
+    ``reserve``, if given, blocks until the node manager has made room for the object
+    (the reply to ``CreateObject``, sent before this call) and raises if it refused. It is
+    called before a new file is written (writing allocates the memory it reserved), but
+    only after a recycled file is written (its memory is allocated already): the round
+    trip then overlaps the copy. When no pooled file fits, the pool is looked at again
+    after the reply (the node may have recycled a just-freed file meanwhile). Either way
+    it returns before the object is sealed; if it raises, nothing is left behind.
     """
     final = object_path(store_dir, object_id)
     if os.path.exists(final):
@@ -151,17 +165,34 @@ def write_object(store_dir: str, object_id: bytes, value: SerializedValue) -> in
     tmp = _temp_path(store_dir, object_id)
     fd, allocated = _open_new(store_dir, tmp, size)
     try:
+        if not allocated and reserve is not None and size >= RECYCLE_MIN_SIZE:
+            # The pool had no file that fits, but one may be on its way back (an object
+            # freed just before this write, whose file the node recycles before it answers
+            # the reservation): look again after the reply, before writing a new file.
+            reserve()
+            reserve = None
+            if os.fstat(fd).st_size == 0 and _pool_files(store_dir):
+                os.close(fd)
+                fd = -1
+                _unlink_quiet(tmp)
+                fd, allocated = _open_new(store_dir, tmp, size)
         if allocated and size >= MAPPED_WRITE_MIN:
             _write_mapped(fd, size, chunks)
         else:
+            if reserve is not None:
+                reserve()
+                reserve = None
             try:
                 _pwritev_all(fd, chunks)
             except OSError as err:
                 if err.errno != errno.ENOSPC or trim_free_pool(store_dir) == 0:
                     raise
                 _pwritev_all(fd, chunks)
+        if reserve is not None:
+            reserve()
     except BaseException:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
         _unlink_quiet(tmp)
         raise
     os.close(fd)

@@ -26,7 +26,6 @@ import cloudpickle
 from nbcluster._runtime import context, proc
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.config import Config
-from nbcluster._runtime.core.args import ArgPlaceholder
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.driver import CoreDriver
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
@@ -37,6 +36,7 @@ from nbcluster._runtime.serialization import SerializedValue, deserialize, seria
 from nbcluster._runtime.task_events import RunningAttempts, error_info
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
+from nbcluster._runtime.worker.args import resolve_task_args
 from nbcluster._runtime.worker.concurrency import group_limits
 from nbcluster._runtime.worker.direct import DirectLoop, detach
 from nbcluster._runtime.worker.executor_view import ExitRequest
@@ -336,25 +336,7 @@ class Executor:
         return fn
 
     def resolve_args(self, spec: pb.TaskSpec) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        args, kwargs = deserialize(spec.args)
-        if not spec.resolved_args:
-            return args, kwargs
-        values = []
-        client = self.client
-        for loc in spec.resolved_args:
-            if loc.in_store:
-                entry_buf = self.mapped.get(loc.object_id)
-                if entry_buf is None:
-                    entry_buf = client.map_from_store_location(loc)
-                    self.mapped.keep(loc.object_id, entry_buf)
-                values.append(deserialize(entry_buf))
-            else:
-                values.append(deserialize(loc.data))
-
-        def sub(v: Any) -> Any:
-            return values[v.index] if isinstance(v, ArgPlaceholder) else v
-
-        return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
+        return resolve_task_args(spec, self.mapped, self.client.map_from_store_location)
 
     # -- actors ----------------------------------------------------------------------------
     def create_actor(self, spec: pb.TaskSpec) -> pb.TaskReply:
