@@ -48,6 +48,8 @@ class ActorSubmitter:
         self.pending_counts: dict[bytes, int] = collections.defaultdict(int)
         self.count_lock = threading.Lock()
         self.state = ActorCallState(pending=lambda aid: self.pending_counts.get(aid, 0))
+        self._dirty: list[ActorConn] = []  # outboxes to write at the end of this loop turn
+        self._flush_scheduled = False
         self._handlers: dict[type, Callable[[Any], None]] = {
             ins.WatchActor: self._do_watch,
             ins.ConnectActor: self._do_connect,
@@ -182,7 +184,10 @@ class ActorSubmitter:
             call.cancel()
             return
         conn.call = call
-        self.client.loop.create_task(self._reader(conn, call, stream))
+        if hasattr(call, "on_replies"):  # a task channel: replies handled as they arrive
+            call.on_replies(self._replies_handler(conn, call, stream))
+        else:
+            self.client.loop.create_task(self._reader(conn, call, stream))
         self._flush(conn)
 
     def _do_recheck(self, i: ins.RecheckActor) -> None:
@@ -231,7 +236,18 @@ class ActorSubmitter:
         if not conn.outbox or conn.writing or conn.call is None:
             return
         conn.writing = True
-        self.client.loop.call_soon(self._write_now, conn)
+        self._dirty.append(conn)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.client.loop.call_soon(self.flush_dirty)
+
+    def flush_dirty(self) -> None:
+        """Write every outbox that has calls (the loop; the submitter calls it when it has
+        queued what one wake-up brought, so those calls leave at once and together)."""
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            self._write_now(conn)
 
     def _write_now(self, conn: ActorConn) -> None:
         conn.writing = False
@@ -265,17 +281,46 @@ class ActorSubmitter:
             conn.writing = False
 
     async def _reader(self, conn: ActorConn, call: Any, stream: int) -> None:
+        """Replies read off a gRPC stream."""
         try:
             while True:
                 batch = await call.read()
                 if batch is None or not hasattr(batch, "replies"):
                     break
-                for record in batch.logs:  # an actor call's output goes to its caller's cell
-                    self.client.submitter._on_log(record, conn.inflight.get(record.task_id))
-                if batch.replies:
-                    self._do(self.state.replies(conn, stream, batch.replies))
+                self._replies(conn, stream, batch)
         except (RpcError, asyncio.CancelledError, Exception) as err:  # noqa: BLE001
             log.debug("actor stream ended: %r", err)
+        self._stream_ended(conn, call, stream)
+
+    def _replies_handler(
+        self, conn: ActorConn, call: Any, stream: int
+    ) -> Callable[[pb.ReplyBatch | None], None]:
+        """What a task channel calls with replies as they arrive (None: it ended)."""
+        ended = False
+
+        def on_replies(batch: pb.ReplyBatch | None) -> None:
+            nonlocal ended
+            if ended:
+                return
+            if batch is not None:
+                try:
+                    self._replies(conn, stream, batch)
+                    return
+                except Exception as err:  # noqa: BLE001 - a broken stream, as in _reader
+                    log.debug("actor stream ended: %r", err)
+            ended = True
+            call.cancel()
+            self._stream_ended(conn, call, stream)
+
+        return on_replies
+
+    def _replies(self, conn: ActorConn, stream: int, batch: pb.ReplyBatch) -> None:
+        for record in batch.logs:  # an actor call's output goes to its caller's cell
+            self.client.submitter._on_log(record, conn.inflight.get(record.task_id))
+        if batch.replies:
+            self._do(self.state.replies(conn, stream, batch.replies))
+
+    def _stream_ended(self, conn: ActorConn, call: Any, stream: int) -> None:
         if conn.call is call:
             conn.call = None
         self._do(self.state.stream_ended(conn, stream))

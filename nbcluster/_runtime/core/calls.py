@@ -118,6 +118,14 @@ def _explain_unserializable_args(name: str, args: tuple[Any, ...], kwargs: dict[
         serialize(v, what="an argument", name=f"{name}.remote() argument {k}")
 
 
+def _has_ref(values: Any) -> bool:
+    # A loop, not any(): a generator costs more than the check itself here.
+    for v in values:  # noqa: SIM110
+        if isinstance(v, ObjectRef):
+            return True
+    return False
+
+
 def serialize_call_args(
     client: CoreClient, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[SerializedValue, list[ObjectRef]]:
@@ -134,8 +142,9 @@ def serialize_call_args(
             return ArgPlaceholder(len(dep_refs) - 1)
         return v
 
-    args2 = tuple(swap(a) for a in args)
-    kwargs2 = {k: swap(v) for k, v in kwargs.items()}
+    # Most calls pass no refs: keep their arguments as they are (no copies, no closures).
+    args2 = tuple(swap(a) for a in args) if _has_ref(args) else args
+    kwargs2 = {k: swap(v) for k, v in kwargs.items()} if _has_ref(kwargs.values()) else kwargs
     try:
         sv = serialize((args2, kwargs2))
     except exc.SerializationError:
@@ -392,7 +401,8 @@ def call_actor(
         observer(task_id, rec.name, rec.context)
     for oid in return_ids:
         client.table.create_owned(oid, task=rec)
-    client.table.add_submitted(rec.dep_ids + rec.nested_ids)
+    if rec.dep_ids or rec.nested_ids:
+        client.table.add_submitted(rec.dep_ids + rec.nested_ids)
     refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
     generator = None
     if wire_n < 0:

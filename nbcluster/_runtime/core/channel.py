@@ -171,6 +171,13 @@ class ChannelServer:
             task.cancel()
 
 
+def _parse_replies(frames: list[bytes]) -> pb.ReplyBatch:
+    """Frames of reply batches as one batch (protobuf messages concatenated are one)."""
+    batch = pb.ReplyBatch()
+    batch.ParseFromString(frames[0] if len(frames) == 1 else b"".join(frames))
+    return batch
+
+
 class _ClientProtocol(asyncio.Protocol):
     """The owner's end on the loop: frames are cut out as they arrive (no coroutine per
     frame) and parsed together when read."""
@@ -186,6 +193,9 @@ class _ClientProtocol(asyncio.Protocol):
         self._buf = bytearray()
         self._waiter: asyncio.Future[None] | None = None
         self._drain: list[asyncio.Future[None]] = []
+        #: Called with each batch of replies as it arrives, then with None at the end
+        #: (instead of :meth:`TaskChannel.read`): see :meth:`TaskChannel.on_replies`.
+        self.on_replies: Callable[[pb.ReplyBatch | None], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -238,10 +248,23 @@ class _ClientProtocol(asyncio.Protocol):
                 fut.set_result(None)
 
     def _end(self) -> None:
+        if self.ended:
+            return
         self.ended = True
         self._wake()
+        if self.on_replies is not None:
+            self._deliver()
+            self.on_replies(None)
+
+    def _deliver(self) -> None:
+        frames, self.frames = self.frames, []
+        if frames and self.on_replies is not None:
+            self.on_replies(_parse_replies(frames))
 
     def _wake(self) -> None:
+        if self.on_replies is not None:
+            self._deliver()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -302,9 +325,17 @@ class TaskChannel:
             if not proto.frames:
                 return None
         frames, proto.frames = proto.frames, []
-        batch = pb.ReplyBatch()
-        batch.ParseFromString(frames[0] if len(frames) == 1 else b"".join(frames))
-        return batch
+        return _parse_replies(frames)
+
+    def on_replies(self, callback: Callable[[pb.ReplyBatch | None], None]) -> None:
+        """Have ``callback`` called on the loop with each batch of replies as it arrives
+        (frames that came together as one batch), then once with ``None`` when the channel
+        ends; instead of :meth:`read`, and without a task waiting on it."""
+        proto = self._proto
+        proto.on_replies = callback
+        proto._deliver()  # what came before
+        if proto.ended:
+            callback(None)
 
     def cancel(self) -> None:
         """Close the channel (the worker sees its owner hang up)."""

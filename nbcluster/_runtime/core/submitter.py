@@ -452,6 +452,7 @@ class Submitter:
             self._resolve_deps(rec, ready)
         if ready:
             self._do(state.ready(ready))
+        self.client.actor_submitter.flush_dirty()  # actor calls leave now, together
         self.pending_report.wake()
 
     def _resolve_deps(self, rec: TaskRecord, ready: list[TaskRecord]) -> None:
