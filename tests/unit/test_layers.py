@@ -37,24 +37,10 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")
 ALLOWED: frozenset[tuple[str, str]] = frozenset(
     {
         # -- (1) the runtime imports nothing above it any more.
-        # -- (2) what still closes a cycle. The core client's helpers name ``CoreClient``
-        # in annotations (type-only edges back to the module that uses them at run time):
-        ("nbcluster._runtime.core.submitter", "nbcluster._runtime.core.client"),  # CoreClient
+        # -- (2) what still closes a cycle: the actor submitter (the lead's file this
+        # session) still names ``CoreClient`` in annotations; its protocol is
+        # ``core/ports.py``'s ``ActorSubmitterHost``, as the other helpers' are there.
         ("nbcluster._runtime.core.actor_submitter", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.pending_tasks", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.generators", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.head_retry", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.service", "nbcluster._runtime.core.client"),
-        # the context slot names the Driver type, whose methods name ObjectRef, whose
-        # methods read the slot (type-only)
-        ("nbcluster._runtime.context", "nbcluster._runtime.driver"),
-        # the rest of the old big driver circle on the API side
-        ("nbcluster.util.placement_group", "nbcluster"),  # nbcluster (the face)
-        # the package face loads the Jupyter layer above it on demand: ``%load_ext
-        # nbcluster`` calls ``nbcluster.load_ipython_extension``; ``nbcluster.widgets`` and
-        # ``nbcluster.progress`` are lazy attributes; the Jupyter layer imports the face.
-        ("nbcluster", "nbcluster.jupyter.magics"),
-        ("nbcluster", "nbcluster.jupyter.widgets"),
     }
 )
 

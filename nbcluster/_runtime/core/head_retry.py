@@ -14,7 +14,7 @@ from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import HeadRetryHost
 
 __all__ = ["HeadRetry", "HeadSilentError"]
 
@@ -48,7 +48,7 @@ class HeadRetry:
     poll on a head that answers probes waits as long as it asks to.
     """
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: HeadRetryHost) -> None:
         self._client = client
         self._answered = 0.0  # when the head last answered anything (monotonic)
         self._probe: asyncio.Task[None] | None = None

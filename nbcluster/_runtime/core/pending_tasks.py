@@ -24,7 +24,7 @@ from nbcluster._runtime.protocol.protos import task_state_pb2_grpc as tspb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, pb
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import PendingHost
 
 __all__ = ["FLUSH_S", "MAX_LISTED", "PendingReporter", "pending_events", "pending_state"]
 
@@ -85,7 +85,7 @@ def pending_events(
 class PendingReporter:
     """Sends this owner's waiting tasks to the head once a second while it has any."""
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: PendingHost) -> None:
         self.client = client
         self.running = False
         self.reported = False  # the head holds a snapshot of ours
