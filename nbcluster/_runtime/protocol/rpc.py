@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from nbcluster._runtime.protocol import faults, tls
+from nbcluster._runtime.protocol import errors, faults, tls
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 from nbcluster._runtime.protocol.protos import nbcluster_pb2_grpc as pb_grpc
 
@@ -29,6 +29,7 @@ __all__ = [
     "pb",
     "pb_grpc",
     "AuthedStub",
+    "SyncStub",
     "TokenAuthInterceptor",
     "auth_metadata",
     "bind",
@@ -270,9 +271,10 @@ class AuthedStub:
     Attribute lookups are cached so the per-call cost is one dict hit.
     """
 
-    def __init__(self, stub: Any, token: str) -> None:
+    def __init__(self, stub: Any, token: str, peer: str = "") -> None:
         self._stub = stub
         self._md = auth_metadata(token)
+        self._peer = peer
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self._stub, name)
@@ -284,6 +286,51 @@ class AuthedStub:
             if request is None:
                 return method(metadata=meta, **kwargs)
             return method(request, metadata=meta, **kwargs)
+
+        if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
+            call = _translating(call, self._peer)
+        self.__dict__[name] = call
+        return call
+
+
+def _translating(call: Callable[..., Any], peer: str) -> Callable[..., Any]:
+    """``call`` (an asyncio unary call) raising :class:`errors.RpcFailure` subclasses."""
+
+    async def translated_call(request: Any = None, **kwargs: Any) -> Any:
+        try:
+            return await call(request, **kwargs)
+        except grpc.aio.AioRpcError as err:
+            raise errors.translated(err, peer).with_traceback(err.__traceback__) from None
+
+    return translated_call
+
+
+class SyncStub:
+    """A generated stub on a blocking channel (:func:`make_sync_channel`): its unary calls
+    carry the token and raise a failure as the :class:`errors.RpcFailure` of its code,
+    as :class:`AuthedStub`'s asyncio calls do. Streaming methods are not wrapped.
+
+    ``SyncStub(pb_grpc.HeadStub(make_sync_channel(address, token)), token, address)``.
+    """
+
+    def __init__(self, stub: Any, token: str, peer: str = "") -> None:
+        self._stub = stub
+        self._md = auth_metadata(token)
+        self._peer = peer
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        if not isinstance(method, grpc.UnaryUnaryMultiCallable):
+            raise AttributeError(f"{name} is not a unary method: call the stub itself")
+        md, peer = self._md, self._peer
+
+        def call(request: Any, **kwargs: Any) -> Any:
+            try:
+                return method(request, metadata=md, **kwargs)
+            except grpc.RpcError as err:
+                if not isinstance(err, grpc.Call):
+                    raise
+                raise errors.translated(err, peer).with_traceback(err.__traceback__) from None
 
         self.__dict__[name] = call
         return call
@@ -357,7 +404,7 @@ class Channels:
                 "node": pb_grpc.NodeManagerStub,
                 "core": pb_grpc.CoreWorkerStub,
             }[kind](channel)
-            stub = AuthedStub(raw, self.token)
+            stub = AuthedStub(raw, self.token, address)
             if kind != "head":  # head calls have their own, longer, grace period
                 stub = RetryingStub(stub, self.retry_budget_s)  # type: ignore[assignment]
             self._stubs[key] = stub
