@@ -14,6 +14,8 @@ import grpc.aio
 import pytest
 
 from nbcluster._runtime.protocol import errors
+from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
+from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, RetryingStub, SyncStub, pb, pb_grpc
 
 NAMED = {
@@ -186,3 +188,32 @@ def test_the_blocking_stub_raises_the_named_error_of_each_code(code: grpc.Status
         assert str(errors.to_exception(err, peer)) == str(
             errors.to_exception(_SyncError(code), peer)  # type: ignore[arg-type]
         )
+
+
+class _SyncUploadFailing(_SyncFailing, grpc.StreamUnaryMultiCallable):  # type: ignore[misc]
+    """A client-streaming method (one reply) that fails with ``code``."""
+
+
+class FakeJobsChannel(FakeSyncChannel):
+    """Client-streaming calls fail; server-streaming calls record what they were sent."""
+
+    def stream_unary(self, *args: Any, **kwargs: Any) -> _SyncUploadFailing:
+        return _SyncUploadFailing(self.code, self.seen)
+
+    def unary_stream(self, *args: Any, **kwargs: Any) -> Any:
+        def stream(request: Any, **kw: Any) -> Any:
+            self.seen.append((request, kw))
+            return iter(())
+
+        return stream
+
+
+def test_the_blocking_stub_translates_an_upload_and_passes_a_reply_stream_through() -> None:
+    channel = FakeJobsChannel(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    stub = SyncStub(jpb_grpc.JobServiceStub(channel), "tok", "h:1")
+    with pytest.raises(errors.RpcResourceExhausted):
+        stub.UploadPackage(iter([jpb.PackageChunk()]), timeout=600)
+    assert list(stub.TailJobLogs(jpb.JobLogRequest(), timeout=None)) == []
+    # both went out with the token
+    assert all(any(k == "authorization" for k, _ in kw["metadata"]) for _, kw in channel.seen)
+    assert len(channel.seen) == 2

@@ -306,9 +306,11 @@ def _translating(call: Callable[..., Any], peer: str) -> Callable[..., Any]:
 
 
 class SyncStub:
-    """A generated stub on a blocking channel (:func:`make_sync_channel`): its unary calls
-    carry the token and raise a failure as the :class:`errors.RpcFailure` of its code,
-    as :class:`AuthedStub`'s asyncio calls do. Streaming methods are not wrapped.
+    """A generated stub on a blocking channel (:func:`make_sync_channel`) whose calls carry
+    the token. A call with one reply (unary or client-streaming) raises a failure as the
+    :class:`errors.RpcFailure` of its code, as :class:`AuthedStub`'s asyncio calls do; a
+    call that streams its replies is the channel's own (iterate it, cancel it) and raises
+    grpc's error while it is read.
 
     ``SyncStub(pb_grpc.HeadStub(make_sync_channel(address, token)), token, address)``.
     """
@@ -320,9 +322,14 @@ class SyncStub:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self._stub, name)
-        if not isinstance(method, grpc.UnaryUnaryMultiCallable):
-            raise AttributeError(f"{name} is not a unary method: call the stub itself")
         md, peer = self._md, self._peer
+        if not isinstance(method, (grpc.UnaryUnaryMultiCallable, grpc.StreamUnaryMultiCallable)):
+
+            def stream(request: Any, **kwargs: Any) -> Any:
+                return method(request, metadata=md, **kwargs)
+
+            self.__dict__[name] = stream
+            return stream
 
         def call(request: Any, **kwargs: Any) -> Any:
             try:
