@@ -15,7 +15,7 @@ from typing import Any
 
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context
-from nbcluster._runtime.protocol.errors import Peer, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._state_records import (
     ActorChange,
@@ -98,22 +98,19 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
     "autoscaler"}`` (``autoscaler``: ``{"summary", "events"}``, or None without one).
     Raises ``HeadUnavailableError`` when the head cannot be reached.
     """
-    import grpc
-
     from nbcluster._runtime import proc
-    from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb_grpc
+    from nbcluster._runtime.protocol.rpc import SyncStub, make_sync_channel, pb_grpc
 
     token = proc.read_token(token_file)
-    md = auth_metadata(token)
     channel = make_sync_channel(address, token)
     try:
-        head = pb_grpc.HeadStub(channel)
+        head = SyncStub(pb_grpc.HeadStub(channel), token, address)
         try:
-            info = head.GetClusterInfo(pb.Empty(), metadata=md, timeout=timeout)
-            actors = head.ListActors(pb.Empty(), metadata=md, timeout=timeout)
-        except grpc.RpcError as err:
-            raise to_exception(err, Peer.HEAD, "status") from None  # type: ignore[arg-type]
-        autoscaler = _autoscaler_summary(channel, md, timeout)
+            info = head.GetClusterInfo(pb.Empty(), timeout=timeout)
+            actors = head.ListActors(pb.Empty(), timeout=timeout)
+        except RpcFailure as err:
+            raise to_exception(err, Peer.HEAD, "status") from None
+        autoscaler = _autoscaler_summary(channel, token, address, timeout)
     finally:
         channel.close()
     nodes = []
@@ -154,19 +151,19 @@ def cluster_status(address: str, token_file: str, timeout: float = 5.0) -> dict[
     }
 
 
-def _autoscaler_summary(channel: Any, md: Any, timeout: float) -> dict[str, Any] | None:
+def _autoscaler_summary(
+    channel: Any, token: str, address: str, timeout: float
+) -> dict[str, Any] | None:
     """``{"summary", "events": [{"time", "kind", "message"}]}`` (the last 5), or None when
     the cluster has no autoscaler (for :func:`cluster_status`)."""
-    import grpc
-
     from nbcluster._runtime.protocol.protos import autoscaler_pb2, autoscaler_pb2_grpc
+    from nbcluster._runtime.protocol.rpc import SyncStub
     from nbcluster.autoscaler.status import from_proto
 
+    stub = SyncStub(autoscaler_pb2_grpc.AutoscalingStub(channel), token, address)
     try:
-        reply = autoscaler_pb2_grpc.AutoscalingStub(channel).GetAutoscalerStatus(
-            autoscaler_pb2.StatusRequest(), metadata=md, timeout=timeout
-        )
-    except grpc.RpcError:
+        reply = stub.GetAutoscalerStatus(autoscaler_pb2.StatusRequest(), timeout=timeout)
+    except RpcFailure:
         return None
     st = from_proto(reply)
     if not st.enabled:

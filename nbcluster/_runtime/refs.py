@@ -13,7 +13,7 @@ import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from nbcluster._runtime import context, display
+from nbcluster._runtime import client_slot, display
 from nbcluster._runtime.serialization import note_contained_ref
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class ObjectRef:
                 f"an object id is {OBJECT_ID_SIZE} bytes, got {len(id)}: pass ref.binary() "
                 "of an nbcluster ObjectRef"
             )
-        client = context.current_client()
+        client = client_slot.current_client()
         owner, owned = _known_owner(client, id)
         owner = owner or owner_address
         self._id = id
@@ -182,13 +182,13 @@ class ObjectRef:
 
     def future(self) -> Any:
         """A ``concurrent.futures.Future`` that completes with the value."""
-        client = context.require_client()
+        client = client_slot.require_client()
         return client.as_future(self)
 
 
 async def get_async(ref: ObjectRef) -> Any:
     """Await a ref's value from asyncio code (``await ref`` uses this)."""
-    client = context.require_client()
+    client = client_slot.require_client()
     getter = getattr(client, "get_async", None)
     if getter is not None:
         return await getter(ref)
@@ -202,16 +202,16 @@ def _known_owner(client: Any, object_id: bytes) -> tuple[str, bool]:
     table = getattr(client, "table", None)
     if table is None:  # a Ray-client driver: its refs are counted by the proxy
         counts = getattr(client, "counts", {})
-        return (context.CLIENT_OWNER, False) if object_id in counts else ("", False)
+        return (client_slot.CLIENT_OWNER, False) if object_id in counts else ("", False)
     entry = table.get(object_id)
     return (entry.owner, entry.owned) if entry is not None else ("", False)
 
 
 def _rebuild_ref(object_id: bytes, owner: str) -> ObjectRef:
-    if owner == context.CLIENT_OWNER and context.client_ref_resolver is not None:
-        real = context.client_ref_resolver(object_id)  # in the proxy: the session's ref
+    if owner == client_slot.CLIENT_OWNER and client_slot.client_ref_resolver is not None:
+        real = client_slot.client_ref_resolver(object_id)  # in the proxy: the session's ref
         if real is not None:
             return real  # type: ignore[no-any-return]
-    client = context.current_client()
+    client = client_slot.current_client()
     borrowed = client is None or owner != client.address
     return ObjectRef._new(object_id, owner, client, borrowed=borrowed)

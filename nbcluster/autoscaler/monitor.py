@@ -30,7 +30,7 @@ from typing import Any
 
 from nbcluster._runtime import proc
 from nbcluster._runtime.node.autoscaling import busy_reason
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
 from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
@@ -179,7 +179,7 @@ class Monitor:
             except Exception as err:  # noqa: BLE001
                 log.warning("removing %s failed: %s", iid, err)
                 self.tracker.terminate_failed(iid, str(err), self.clock())
-        except RpcError as err:
+        except RpcFailure as err:
             log.warning("draining %s failed: %s", iid, err.code().name)
         finally:
             self.removing.discard(iid)
@@ -266,7 +266,7 @@ class Monitor:
         rep = self.report()
         try:
             await self.stub.ReportAutoscaler(rep, timeout=10)
-        except RpcError as err:
+        except RpcFailure as err:
             log.debug("status report failed: %s", err.code().name)
             # Keep the events for the next report.
             self.tracker.events[:0] = [
@@ -306,7 +306,7 @@ class Monitor:
                     )
                 try:
                     reply = await poll
-                except RpcError as err:
+                except RpcFailure as err:
                     now = time.monotonic()
                     down_since = down_since or now
                     log.info("head unavailable (%s); waiting", err.code().name)

@@ -14,13 +14,11 @@ it even when they are idle. It is a hint: ``max_workers`` still applies.
 
 from __future__ import annotations
 
-import grpc
-
 from nbcluster._runtime import context
-from nbcluster._runtime.protocol.errors import Peer, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
 from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel
+from nbcluster._runtime.protocol.rpc import SyncStub, make_sync_channel
 
 __all__ = ["request_resources"]
 
@@ -72,14 +70,10 @@ def request_resources(
     address, token = client.head_address, client.token  # type: ignore[attr-defined]
     channel = make_sync_channel(address, token)
     try:
-        stub = apb_grpc.AutoscalingStub(channel)
+        stub = SyncStub(apb_grpc.AutoscalingStub(channel), token, address)
         try:
-            stub.RequestResources(
-                apb.RequestResourcesRequest(bundles=shapes),
-                metadata=auth_metadata(token),
-                timeout=10,
-            )
-        except grpc.RpcError as err:
-            raise to_exception(err, Peer.HEAD, "request_resources") from None  # type: ignore[arg-type]
+            stub.RequestResources(apb.RequestResourcesRequest(bundles=shapes), timeout=10)
+        except RpcFailure as err:
+            raise to_exception(err, Peer.HEAD, "request_resources") from None
     finally:
         channel.close()

@@ -13,12 +13,10 @@ import dataclasses
 import time
 from collections.abc import Mapping
 
-import grpc
-
-from nbcluster._runtime.protocol.errors import Peer, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
 from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel
+from nbcluster._runtime.protocol.rpc import SyncStub, make_sync_channel
 from nbcluster.autoscaler.policy import format_shape
 
 __all__ = ["AutoscalerStatus", "NodeTypeStatus", "ScalingEvent", "from_proto", "read_status"]
@@ -191,15 +189,13 @@ def read_status(
     """
     channel = make_sync_channel(address, token)
     try:
-        stub = apb_grpc.AutoscalingStub(channel)
+        stub = SyncStub(apb_grpc.AutoscalingStub(channel), token, address)
         try:
             reply = stub.GetAutoscalerStatus(
-                apb.StatusRequest(after_seq=after_seq),
-                metadata=auth_metadata(token),
-                timeout=timeout,
+                apb.StatusRequest(after_seq=after_seq), timeout=timeout
             )
-        except grpc.RpcError as err:
-            raise to_exception(err, Peer.HEAD, "autoscaler status") from None  # type: ignore[arg-type]
+        except RpcFailure as err:
+            raise to_exception(err, Peer.HEAD, "autoscaler status") from None
     finally:
         channel.close()
     return from_proto(reply)

@@ -39,8 +39,7 @@ from typing import Any, NoReturn
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-import nbcluster
-from nbcluster import state
+from nbcluster import _api, state
 from nbcluster._sizing import choose_cluster_size, detect_container_limits
 from nbcluster.config import Config
 from nbcluster.jupyter import notebook_spec, session
@@ -294,7 +293,7 @@ def _autoscale_config(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def _check_runtime_env_support() -> None:
-    if "runtime_env" not in inspect.signature(nbcluster.init).parameters:
+    if "runtime_env" not in inspect.signature(_api.init).parameters:
         raise UsageError(
             "%cluster start: this nbcluster's init() takes no runtime_env; start without "
             "--runtime-env (or upgrade nbcluster)"
@@ -359,7 +358,7 @@ class ClusterMagics(Magics):
             object_store_memory=spec.object_store_memory or config.object_store_memory,
         )
         extra: dict[str, Any] = {"runtime_env": spec.runtime_env} if spec.runtime_env else {}
-        nbcluster.init(
+        _api.init(
             num_cpus=size["num_cpus"],
             num_gpus=spec.num_gpus,
             object_store_memory=size["object_store_memory"],
@@ -415,11 +414,11 @@ class ClusterMagics(Magics):
                 session.use(args.session)
             except ValueError as err:
                 raise UsageError(f"%cluster connect: {err}") from None
-            nbcluster.init(address=args.address, namespace=args.session)
+            _api.init(address=args.address, namespace=args.session)
             view = self._attach(args.on_interrupt)
             self._resume()
             return view
-        nbcluster.init(address=args.address)
+        _api.init(address=args.address)
         return self._attach(args.on_interrupt)
 
     def _resume(self) -> None:
@@ -477,7 +476,7 @@ class ClusterMagics(Magics):
         session.use(None)
         self.hooks.uninstall()
         self._view = None
-        nbcluster.shutdown()
+        _api.shutdown()
         what = "stopped the cluster" if info["started_here"] else "disconnected from the cluster"
         print(f"nbcluster: {what} at {info['address']}")
 
@@ -536,7 +535,7 @@ class ClusterMagics(Magics):
             self.hooks.on_interrupt = on_interrupt  # type: ignore[assignment]
         self.hooks.ensure_installed()
         if self._view is None or not self._view.is_current():
-            self._view = ClusterView(nbcluster.ClusterInfo(**state.session_info()))
+            self._view = ClusterView(_api.ClusterInfo(**state.session_info()))
         return self._view
 
     def _pre_cell(self, *args: Any) -> None:

@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
-from nbcluster import ObjectRef, state
+from nbcluster import state
+from nbcluster._refs import ObjectRef
 
 __all__ = [
     "DEFAULT_OUT_POLICY",

@@ -32,6 +32,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from nbcluster._runtime.version import __version__
+
 __all__ = [
     "ENV_VAR",
     "METADATA_KEY",
@@ -95,8 +97,6 @@ class ClusterSpec:
 
 def recorded_with() -> dict[str, str]:
     """The versions a record is made with (compared when it is used elsewhere)."""
-    from nbcluster import __version__
-
     return {"python": platform.python_version(), "nbcluster": __version__}
 
 

@@ -30,8 +30,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-import nbcluster
-from nbcluster import _named, state
+from nbcluster import _actor, _named, state
 from nbcluster._named import STORE_NAME, SessionStore
 
 __all__ = [
@@ -115,7 +114,7 @@ def resume(user_ns: MutableMapping[str, Any]) -> dict[str, list[str]]:
         if not name.isidentifier() or name in user_ns:
             out["skipped"].append(name)
             continue
-        user_ns[name] = nbcluster.get_actor(name, namespace=ns)
+        user_ns[name] = _actor.get_actor(name, namespace=ns)
         out["actors"].append(name)
     for name in _named.names(ns):
         if not name.isidentifier():

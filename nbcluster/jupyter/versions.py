@@ -30,8 +30,8 @@ from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import nbcluster
-from nbcluster import ActorClass, ActorHandle, state
+from nbcluster import _actor, state
+from nbcluster._actor import ActorClass, ActorHandle
 
 __all__ = ["CodeVersions", "StaleActor", "find_handles"]
 
@@ -131,7 +131,7 @@ class CodeVersions:
             options = {
                 k: creation[k] for k in ("name", "namespace", "lifetime") if creation[k] is not None
             }
-            nbcluster.kill(s.handle)
+            _actor.kill(s.handle)
             if options.get("name"):
                 _wait_name_free(options["name"], options.get("namespace"))
             factory = s.new_class.options(**options) if options else s.new_class
@@ -179,7 +179,7 @@ def _wait_name_free(name: str, namespace: str | None, timeout: float = 10.0) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            nbcluster.get_actor(name, namespace=namespace)
+            _actor.get_actor(name, namespace=namespace)
         except ValueError:
             return
         time.sleep(0.05)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbcluster._api import get, wait
 from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context
 from nbcluster._runtime.scheduling.policy import PG_STRATEGIES
+from nbcluster.exceptions import NbclusterError
 
 __all__ = [
     "PlacementGroup",
@@ -42,15 +44,13 @@ class PlacementGroup:
 
     def wait(self, timeout_seconds: float = 30) -> bool:
         """Block until the group is created (True) or ``timeout_seconds`` pass (False)."""
-        import nbcluster
-
         ref = self.ready()
-        ready, _ = nbcluster.wait([ref], timeout=timeout_seconds)
+        ready, _ = wait([ref], timeout=timeout_seconds)
         if not ready:
             return False
         try:
-            return nbcluster.get(ref) is True
-        except nbcluster.exceptions.NbclusterError:
+            return get(ref) is True
+        except NbclusterError:
             return False  # removed before it was created
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.testing.globalipapp import start_ipython
 
 import nbcluster
-from nbcluster import state
+from nbcluster import _api, state
 from nbcluster.exceptions import TaskCancelledError
 from nbcluster.jupyter import notebook_spec
 from nbcluster.jupyter.display import ClusterView
@@ -498,14 +498,14 @@ def test_a_bad_or_foreign_record_is_explained(
 def test_runtime_env_is_passed_and_recorded(
     magic: Any, published: list[Any], monkeypatch: Any
 ) -> None:
-    real_init = nbcluster.init
+    real_init = _api.init
     seen: list[Any] = []
 
     def init_with_runtime_env(*args: Any, runtime_env: Any = None, **kwargs: Any) -> Any:
         seen.append(runtime_env)
         return real_init(*args, **kwargs)
 
-    monkeypatch.setattr(nbcluster, "init", init_with_runtime_env)
+    monkeypatch.setattr(_api, "init", init_with_runtime_env)
     magic("""start --num-cpus 1 --runtime-env '{"env_vars": {"STAGE": "test"}}'""")
     assert seen == [{"env_vars": {"STAGE": "test"}}]
     assert published[-1]["runtime_env"] == {"env_vars": {"STAGE": "test"}}
@@ -514,7 +514,7 @@ def test_runtime_env_is_passed_and_recorded(
     def init_without(*args: Any, **kwargs: Any) -> Any:
         return real_init(*args, **kwargs)
 
-    monkeypatch.setattr(nbcluster, "init", init_without)
+    monkeypatch.setattr(_api, "init", init_without)
     with pytest.raises(UsageError, match=r"this nbcluster's init\(\) takes no runtime_env"):
         magic("""start --runtime-env '{"env_vars": {}}'""")
     with pytest.raises(UsageError, match=r"--runtime-env: expected a JSON object"):

@@ -18,16 +18,20 @@ import pytest
 
 from nbcluster._runtime.core import head_retry as client_module
 from nbcluster._runtime.core.head_retry import HeadRetry, HeadSilentError
+from nbcluster._runtime.protocol.errors import translated
 
 GRACE_S = 30.0
 
 
 def unavailable() -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(
-        grpc.StatusCode.UNAVAILABLE,
-        initial_metadata=grpc.aio.Metadata(),
-        trailing_metadata=grpc.aio.Metadata(),
-        details="Connection refused",
+    """What the protocol layer's stub raises for a refused connection (translated once)."""
+    return translated(
+        grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE,
+            initial_metadata=grpc.aio.Metadata(),
+            trailing_metadata=grpc.aio.Metadata(),
+            details="Connection refused",
+        )
     )
 
 

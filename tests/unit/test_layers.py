@@ -30,33 +30,10 @@ MAX_LINES = 800
 #: Generated modules (protobuf) are exempt from the size rule.
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")
 
-#: The only edges tolerated, each an exact ``(importer, imported)`` pair, no wildcards.
-#: Every entry is a debt that the driver-interface work (issue 11, item 2) pays off: delete
-#: an entry when its import goes (the test fails on an entry whose import is gone, or that
-#: is neither an upward import nor an edge of a cycle). Never add one.
-ALLOWED: frozenset[tuple[str, str]] = frozenset(
-    {
-        # -- (1) the runtime imports nothing above it any more.
-        # -- (2) what still closes a cycle. The core client's helpers name ``CoreClient``
-        # in annotations (type-only edges back to the module that uses them at run time):
-        ("nbcluster._runtime.core.submitter", "nbcluster._runtime.core.client"),  # CoreClient
-        ("nbcluster._runtime.core.actor_submitter", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.pending_tasks", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.generators", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.head_retry", "nbcluster._runtime.core.client"),
-        ("nbcluster._runtime.core.service", "nbcluster._runtime.core.client"),
-        # the context slot names the Driver type, whose methods name ObjectRef, whose
-        # methods read the slot (type-only)
-        ("nbcluster._runtime.context", "nbcluster._runtime.driver"),
-        # the rest of the old big driver circle on the API side
-        ("nbcluster.util.placement_group", "nbcluster"),  # nbcluster (the face)
-        # the package face loads the Jupyter layer above it on demand: ``%load_ext
-        # nbcluster`` calls ``nbcluster.load_ipython_extension``; ``nbcluster.widgets`` and
-        # ``nbcluster.progress`` are lazy attributes; the Jupyter layer imports the face.
-        ("nbcluster", "nbcluster.jupyter.magics"),
-        ("nbcluster", "nbcluster.jupyter.widgets"),
-    }
-)
+#: The only edges tolerated, each an exact ``(importer, imported)`` pair, no wildcards: none
+#: is left (issue 11, item 2 paid them all off). Never add one.
+ALLOWED: frozenset[tuple[str, str]] = frozenset()
+
 
 #: Modules still over :data:`MAX_LINES`, each with its size today as a ceiling (it may
 #: shrink, not grow); delete an entry once its module is under the limit (the test fails

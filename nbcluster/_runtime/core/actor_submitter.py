@@ -31,7 +31,7 @@ from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import ActorSubmitterHost
     from nbcluster._runtime.core.records import TaskRecord
 
 __all__ = ["ALIVE", "DEAD", "RESTARTING", "ActorConn", "ActorSubmitter"]
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class ActorSubmitter:
     """Submits this process's actor calls."""
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: ActorSubmitterHost) -> None:
         self.client = client
         # Calls made and not done, per actor (for max_pending_calls); user threads read it.
         self.pending_counts: dict[bytes, int] = collections.defaultdict(int)

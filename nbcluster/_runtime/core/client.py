@@ -40,7 +40,13 @@ from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.core.store_writer import write_to_local_store
 from nbcluster._runtime.loops import new_event_loop
 from nbcluster._runtime.objects import store as objstore
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import (
+    Peer,
+    RpcDeadlineExceeded,
+    RpcFailure,
+    RpcUnavailable,
+    to_exception,
+)
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, bind, make_server, pb, pb_grpc
 from nbcluster._runtime.serialization import SerializedValue, deserialize
 
@@ -174,7 +180,7 @@ class CoreClient:
         exception for it (``protocol/errors.py``; ``not_found``: the ``ValueError`` text)."""
         try:
             return self.run(lambda: call(self.head()))
-        except RpcError as err:
+        except RpcFailure as err:
             raise to_exception(err, Peer.HEAD, what, not_found=not_found) from None
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -316,7 +322,7 @@ class CoreClient:
             for a, ids in by_owner.items()
         ]
         for result in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(result, BaseException) and not isinstance(result, RpcError):
+            if isinstance(result, BaseException) and not isinstance(result, RpcFailure):
                 log.debug("release failed: %r", result)
 
     def register_borrows(self, object_ids: Sequence[bytes]) -> Coroutine[Any, Any, None]:
@@ -356,7 +362,7 @@ class CoreClient:
                     timeout=60,
                 )
             )
-        except RpcError as err:
+        except RpcFailure as err:
             raise to_exception(err, Peer.HEAD, "ExportFunction") from None
         self.exported.add(function_id)
 
@@ -429,8 +435,8 @@ class CoreClient:
                         timeout=600,
                     )
                 )
-            except RpcError as err:
-                if "UNAVAILABLE" in (err.details() or "") or err.code().name == "UNAVAILABLE":
+            except RpcFailure as err:
+                if "UNAVAILABLE" in (err.details() or "") or isinstance(err, RpcUnavailable):
                     raise SourceUnavailable(entry.node_address) from None
                 raise exc.ObjectLostError(
                     object_id.hex(),
@@ -444,7 +450,7 @@ class CoreClient:
                         pb.ObjectIds(object_ids=[object_id]), timeout=60
                     )
                 )
-            except RpcError as err:  # e.g. OutOfDiskError: no room to restore it from spill
+            except RpcFailure as err:  # e.g. OutOfDiskError: no room to restore it from spill
                 raise to_exception(err, Peer.NODE, "GetObjectInfo") from None
             if reply.found:
                 buf = objstore.read_object(self.store_dir, object_id)
@@ -535,9 +541,9 @@ class CoreClient:
                 reply = await self.core(owner).GetObjectStatus(
                     pb.ObjectStatusRequest(object_id=object_id, timeout=10.0), timeout=15
                 )
-            except RpcError as err:
+            except RpcFailure as err:
                 failures += 1
-                if failures < 3 and err.code().name == "DEADLINE_EXCEEDED":
+                if failures < 3 and isinstance(err, RpcDeadlineExceeded):
                     continue
                 self._finish_borrowed(
                     entry,

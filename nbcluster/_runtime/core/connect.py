@@ -15,7 +15,7 @@ from typing import Any
 from nbcluster._runtime import proc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.client import CoreClient
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.rpc import RetryingStub, pb
 
 __all__ = ["connect_driver"]
@@ -72,7 +72,7 @@ async def _attach(client: CoreClient) -> None:
             ),
             timeout=10,
         )
-    except RpcError as err:
+    except RpcFailure as err:
         raise to_exception(err, Peer.HEAD, "connect") from None
 
 

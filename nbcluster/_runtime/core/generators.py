@@ -27,7 +27,7 @@ from nbcluster._runtime.protocol.protos import generators_pb2_grpc as gpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import GeneratorHost
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class GeneratorState:
 class OwnerGenerator:
     """One generator task's stream in its owner: its state and its items' entries."""
 
-    def __init__(self, client: CoreClient, rec: Any, mode: int, threshold: int) -> None:
+    def __init__(self, client: GeneratorHost, rec: Any, mode: int, threshold: int) -> None:
         self.client = client
         self.task_id: bytes = rec.task_id
         self.rec = rec
@@ -326,14 +326,14 @@ class OwnerGenerator:
             self.client._queue_release(rel)
 
 
-def free_orphan(client: CoreClient, node_address: str, object_id: bytes) -> None:
+def free_orphan(client: GeneratorHost, node_address: str, object_id: bytes) -> None:
     """Free a stored item nobody will ever read."""
     rel = Release()
     rel.free_in_store.append((node_address, object_id))
     client._queue_release(rel)
 
 
-def registry(client: CoreClient) -> dict[bytes, OwnerGenerator]:
+def registry(client: GeneratorHost) -> dict[bytes, OwnerGenerator]:
     """The live generator streams this process owns, by task id."""
     reg = client.__dict__.get("_generators")
     if reg is None:
@@ -344,7 +344,7 @@ def registry(client: CoreClient) -> dict[bytes, OwnerGenerator]:
 class GeneratorService(gpb_grpc.GeneratorsServicer):
     """Receives the items of the generator tasks this process owns."""
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: GeneratorHost) -> None:
         self.client = client
 
     async def ReportGeneratorItem(self, request: gpb.GeneratorItem, context: Any) -> Any:
@@ -357,11 +357,11 @@ class GeneratorService(gpb_grpc.GeneratorsServicer):
         return gpb.GeneratorItemAck(backpressure=gen.state.threshold)
 
 
-def add_to_server(client: CoreClient, server: Any) -> None:
+def add_to_server(client: GeneratorHost, server: Any) -> None:
     """Serve ``Generators`` beside the CoreWorker service of ``client``."""
     gpb_grpc.add_GeneratorsServicer_to_server(GeneratorService(client), server)
 
 
-def reporter(client: CoreClient, owner_address: str) -> Any:
+def reporter(client: GeneratorHost, owner_address: str) -> Any:
     """The ``Generators`` stub of ``owner_address`` (create on the loop thread)."""
     return AuthedStub(gpb_grpc.GeneratorsStub(client.channels.channel(owner_address)), client.token)

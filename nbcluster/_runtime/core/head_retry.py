@@ -8,28 +8,24 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-import grpc.aio
 
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable
 from nbcluster._runtime.protocol.rpc import pb
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import HeadRetryHost
 
 __all__ = ["HeadRetry", "HeadSilentError"]
 
 
-class HeadSilentError(RpcError):
+class HeadSilentError(RpcUnavailable):
     """The head kept the connection open but answered nothing for the grace period (a
     stopped or hung process: no connection reset, so calls would wait for their own long
     timeouts). ``UNAVAILABLE``, and never retried: the grace period is already spent."""
 
     def __init__(self, silent_s: float) -> None:
         super().__init__(
-            grpc.StatusCode.UNAVAILABLE,
-            initial_metadata=grpc.aio.Metadata(),
-            trailing_metadata=grpc.aio.Metadata(),
-            details=f"the head has not answered for {silent_s:.0f}s",
+            grpc.StatusCode.UNAVAILABLE, f"the head has not answered for {silent_s:.0f}s"
         )
 
 
@@ -48,7 +44,7 @@ class HeadRetry:
     poll on a head that answers probes waits as long as it asks to.
     """
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: HeadRetryHost) -> None:
         self._client = client
         self._answered = 0.0  # when the head last answered anything (monotonic)
         self._probe: asyncio.Task[None] | None = None
@@ -65,11 +61,11 @@ class HeadRetry:
                 method = getattr(client.channels.stub(client.head_address, "head"), name)
                 try:
                     return await self._watched(method(*args, **kwargs))
-                except RpcError as err:
+                except RpcFailure as err:
                     if deadline is None:
                         deadline = time.monotonic() + client.config.head_grace_period_s
                     if (
-                        err.code().name != "UNAVAILABLE"
+                        not isinstance(err, RpcUnavailable)
                         or isinstance(err, HeadSilentError)
                         or client.closed
                         or time.monotonic() > deadline
@@ -110,6 +106,6 @@ class HeadRetry:
             await client.channels.stub(client.head_address, "head").GetClusterInfo(
                 pb.Empty(), timeout=timeout
             )
-        except RpcError:
+        except RpcFailure:
             return
         self._answered = time.monotonic()

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import task_state_pb2 as tspb
 from nbcluster._runtime.protocol.protos import task_state_pb2_grpc as tspb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, pb
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import PendingHost
 
 __all__ = ["FLUSH_S", "MAX_LISTED", "PendingReporter", "pending_events", "pending_state"]
 
@@ -85,7 +85,7 @@ def pending_events(
 class PendingReporter:
     """Sends this owner's waiting tasks to the head once a second while it has any."""
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: PendingHost) -> None:
         self.client = client
         self.running = False
         self.reported = False  # the head holds a snapshot of ours
@@ -126,7 +126,7 @@ class PendingReporter:
         if self._stub is None:
             channel = client.channels.channel(client.head_address)
             self._stub = AuthedStub(tspb_grpc.TaskStateStub(channel), client.token)
-        with contextlib.suppress(RpcError):  # the next second's snapshot replaces it
+        with contextlib.suppress(RpcFailure):  # the next second's snapshot replaces it
             await self._stub.ReportPendingTasks(
                 tspb.PendingTasks(
                     owner_address=client.address, tasks=events, not_listed=not_listed

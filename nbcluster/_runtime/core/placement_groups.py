@@ -13,7 +13,7 @@ from typing import Any
 
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.client import CoreClient
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.refs import ObjectRef
 from nbcluster._runtime.serialization import serialize
@@ -110,7 +110,7 @@ def ready_ref(client: CoreClient, pg_id: bytes) -> ObjectRef:
                         "the placement group was removed before it was created"
                     )
                 }
-        except RpcError as err:
+        except RpcFailure as err:
             kwargs = {"exc": to_exception(err, Peer.HEAD, "WaitPlacementGroup")}
         except asyncio.CancelledError:
             return

@@ -13,7 +13,7 @@ from nbcluster._runtime.protocol.rpc import pb, pb_grpc
 from nbcluster._runtime.serialization import serialize
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import ServiceHost
 
 __all__ = ["CoreWorkerService", "location_reply"]
 
@@ -21,7 +21,7 @@ __all__ = ["CoreWorkerService", "location_reply"]
 class CoreWorkerService(pb_grpc.CoreWorkerServicer):
     """Answers other processes about objects this process owns."""
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: ServiceHost) -> None:
         self.client = client
 
     async def GetObjectStatus(

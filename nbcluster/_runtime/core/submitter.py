@@ -39,7 +39,7 @@ from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.task_events import record_crashed_attempt
 
 if TYPE_CHECKING:
-    from nbcluster._runtime.core.client import CoreClient
+    from nbcluster._runtime.core.ports import SubmitterHost
 
 __all__ = [
     "FAST_TASK_S",
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 class Submitter:
     """Submits this process's tasks and tracks them until their results are in."""
 
-    def __init__(self, client: CoreClient) -> None:
+    def __init__(self, client: SubmitterHost) -> None:
         self.client = client
         config = client.config
         self.state = OwnerState(

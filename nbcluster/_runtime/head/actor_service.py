@@ -31,7 +31,7 @@ from nbcluster._runtime.head.actors import (
     Verify,
 )
 from nbcluster._runtime.head.state import HeadState
-from nbcluster._runtime.protocol.errors import RpcError, is_unavailable
+from nbcluster._runtime.protocol.errors import RpcFailure, is_unavailable
 from nbcluster._runtime.protocol.rpc import Channels, pb
 from nbcluster._runtime.scheduling.policy import NodeView, fits, load
 
@@ -112,7 +112,7 @@ class ActorManager:
     async def _stop_worker(self, node_address: str, worker_id: bytes) -> None:
         if not node_address or not worker_id:
             return
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.channels.stub(node_address, "node").KillWorker(
                 pb.WorkerRef(worker_id=worker_id, force=True), timeout=10
             )
@@ -127,7 +127,7 @@ class ActorManager:
             try:
                 await self.channels.stub(ins.address, "core").Ping(pb.Empty(), timeout=10)
                 return
-            except RpcError as err:
+            except RpcFailure as err:
                 if not is_unavailable(err) or attempt == attempts - 1:
                     log.warning(
                         "actor %s: its worker %s did not answer after the head restarted (%s)",
@@ -252,7 +252,7 @@ class ActorManager:
             rec = self.table.actors.get(actor_id)
             node = self.channels.stub(address, "node")
             if rec is None or rec.state == DEAD:
-                with contextlib.suppress(RpcError):
+                with contextlib.suppress(RpcFailure):
                     await node.ReturnWorkerLease(
                         pb.ReturnLeaseRequest(lease_id=reply.lease_id), timeout=10
                     )
@@ -278,7 +278,7 @@ class ActorManager:
             spec.attempt = rec.num_restarts
             try:
                 result = await self._create(actor_id, reply, spec)
-            except RpcError as err:
+            except RpcFailure as err:
                 log.info("actor %s creation call failed: %s", actor_id.hex()[:8], err.code().name)
                 # The worker died while running __init__. The node's death report may already
                 # have marked it RESTARTING (its Place was dropped while we were busy here), so
@@ -314,7 +314,7 @@ class ActorManager:
         for attempt in itertools.count(1):
             try:
                 return await stub.CreateActor(spec, timeout=None)
-            except RpcError as err:
+            except RpcFailure as err:
                 rec = self.table.actors.get(actor_id)
                 ours = rec is not None and rec.state != DEAD and rec.worker_id == lease.worker_id
                 if not is_unavailable(err) or not ours or attempt >= _CREATE_ATTEMPTS:
@@ -341,7 +341,7 @@ class ActorManager:
                     ),
                     timeout=None,
                 )
-            except RpcError as err:
+            except RpcFailure as err:
                 log.warning("actor lease request to %s failed: %s", address, err.code().name)
                 return None
             if reply.status == pb.LeaseReply.GRANTED:

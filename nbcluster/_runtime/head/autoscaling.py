@@ -29,7 +29,7 @@ import grpc
 
 from nbcluster._runtime.head.placement import PENDING, PlacementGroupManager
 from nbcluster._runtime.head.state import HeadState
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
 from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
@@ -205,7 +205,7 @@ class AutoscalingService(apb_grpc.AutoscalingServicer):
                 apb.DrainRequest(node_id=node.node_id, reason=request.reason, undo=request.undo),
                 timeout=10,
             )
-        except RpcError as err:
+        except RpcFailure as err:
             return apb.DrainReply(
                 accepted=False, message=f"the node did not answer: {err.code().name}"
             )

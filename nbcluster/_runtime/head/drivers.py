@@ -21,10 +21,9 @@ import os
 import socket
 from collections.abc import Callable
 
-import grpc
-
 from nbcluster._runtime import proc
 from nbcluster._runtime.head.state import HeadState, JobRecord
+from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable
 from nbcluster._runtime.protocol.rpc import Channels, pb
 
 log = logging.getLogger(__name__)
@@ -126,8 +125,8 @@ class DriverWatch:
             await self.channels.stub(job.driver_address, "core").Ping(
                 pb.Empty(), timeout=self.interval
             )
-        except grpc.aio.AioRpcError as err:
-            return "refused" if err.code() == grpc.StatusCode.UNAVAILABLE else "slow"
+        except RpcFailure as err:
+            return "refused" if isinstance(err, RpcUnavailable) else "slow"
         return "ok"
 
 

@@ -24,7 +24,7 @@ from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.jobs import logfiles
 from nbcluster._runtime.jobs.log_rpc import serve_log
 from nbcluster._runtime.jobs.state import BadJobRequest, DuplicateJob, NotTerminal, UnknownJob
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcError, RpcFailure
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
@@ -201,7 +201,7 @@ class JobServicer(jpb_grpc.JobServiceServicer):
             address = await self._node_address(request.node_id, context)
             try:
                 return await self.agent(address).ListLogs(request, timeout=10)
-            except RpcError as err:
+            except RpcFailure as err:
                 await context.abort(err.code(), f"node {request.node_id}: {err.details()}")
         files = logfiles.list_files(self.logs_dir, request.glob)
         return jpb.ListLogsReply(
@@ -225,7 +225,7 @@ class JobServicer(jpb_grpc.JobServiceServicer):
         async def one(address: str) -> Any:
             try:
                 return await getattr(self.agent(address), method)(jpb.Empty(), timeout=10)
-            except RpcError as err:
+            except RpcFailure as err:
                 log.info("%s on %s failed: %s", method, address, err.code().name)
                 return None
 

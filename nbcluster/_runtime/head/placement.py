@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 
 from nbcluster._runtime.head.state import HeadState
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, RetryingStub, pb
 from nbcluster._runtime.scheduling.policy import NodeView, bundle_resource_names, place_bundles
@@ -233,7 +233,7 @@ class PlacementGroupManager:
     async def _send_releases(self, address: str, releases: list[Any]) -> None:
         """Cancel several groups' bundles on one node in one call (after a head restart)."""
         req = bundles_pb2.BundlesRequest(release=releases)
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self._stub(address).PrepareBundles(req, timeout=10)
 
     def _prune(self) -> None:
@@ -407,7 +407,7 @@ class PlacementGroupManager:
             req.release.extend(release)
         try:
             return await getattr(self._stub(address), method)(req, timeout=10)
-        except RpcError as err:
+        except RpcFailure as err:
             log.warning("%s on %s failed: %s", method, address, err.code().name)
             return None
 

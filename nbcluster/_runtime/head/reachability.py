@@ -18,12 +18,12 @@ import logging
 import grpc
 
 from nbcluster._runtime.head.state import HeadState, NodeRecord
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import health_pb2 as hpb
 from nbcluster._runtime.protocol.protos import health_pb2_grpc as hpb_grpc
 from nbcluster._runtime.protocol.rpc import (
     AuthedStub,
-    auth_metadata,
+    SyncStub,
     is_loopback,
     make_channel,
     make_sync_channel,
@@ -74,7 +74,7 @@ class NodeReachability(hpb_grpc.NodeHealthServicer):
         try:
             stub = AuthedStub(pb_grpc.NodeManagerStub(channel), self.token)
             reply = await stub.GetNodeStats(pb.Empty(), timeout=self.probe_timeout_s)
-        except RpcError as err:
+        except RpcFailure as err:
             return f"{err.code().name}: {err.details() or 'no answer'}"
         finally:
             with contextlib.suppress(Exception):
@@ -126,10 +126,9 @@ def ask(head_address: str, token: str, node_id: bytes, timeout: float = 10.0) ->
     """
     channel = make_sync_channel(head_address, token)
     try:
-        reply = hpb_grpc.NodeHealthStub(channel).GetReachability(
-            hpb.ReachabilityRequest(node_id=node_id), metadata=auth_metadata(token), timeout=timeout
-        )
-    except grpc.RpcError as err:
+        stub = SyncStub(hpb_grpc.NodeHealthStub(channel), token, head_address)
+        reply = stub.GetReachability(hpb.ReachabilityRequest(node_id=node_id), timeout=timeout)
+    except RpcFailure as err:
         log.info("could not ask the head about node reachability: %s", err)
         return ""
     finally:

@@ -23,7 +23,7 @@ from nbcluster._runtime.head.events import EventPublisher, Snapshot, node_key
 from nbcluster._runtime.head.placement import PlacementGroupManager
 from nbcluster._runtime.head.reachability import NodeReachability
 from nbcluster._runtime.head.state import HeadState, JobRecord, NodeRecord
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.version import __version__
 
@@ -485,7 +485,7 @@ class HeadService(pb_grpc.HeadServicer):
                 loop.create_task(self._free_owned(node.address, address))
 
     async def _free_owned(self, node_address: str, owner: str) -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.channels.stub(node_address, "node").FreeOwnedObjects(
                 pb.OwnerRef(owner_address=owner), timeout=10
             )
@@ -558,7 +558,7 @@ class HeadService(pb_grpc.HeadServicer):
             channel = make_channel(address, self.token)
             try:
                 stub = AuthedStub(pb_grpc.NodeManagerStub(channel), self.token)
-                with contextlib.suppress(grpc.aio.AioRpcError):
+                with contextlib.suppress(RpcFailure):
                     await stub.Shutdown(pb.Empty(), timeout=5)
             finally:
                 await channel.close()

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 import grpc
 
 from nbcluster._runtime import exceptions as exc
-from nbcluster._runtime.protocol.errors import Peer, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.protos import task_state_pb2 as tspb
 from nbcluster._runtime.protocol.protos import task_state_pb2_grpc as tspb_grpc
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb, pb_grpc
+from nbcluster._runtime.protocol.rpc import SyncStub, make_sync_channel, pb, pb_grpc
 
 __all__ = ["CHUNK_BYTES", "HeadJobsClient", "jpb"]
 
@@ -36,10 +36,9 @@ class HeadJobsClient:
         self.address = address
         self.timeout = timeout
         self._channel = make_sync_channel(address, token, max_message_bytes=64 * 2**20)
-        self._md = auth_metadata(token)
-        self._jobs = jpb_grpc.JobServiceStub(self._channel)
-        self._head = pb_grpc.HeadStub(self._channel)
-        self._task_state = tspb_grpc.TaskStateStub(self._channel)
+        self._jobs = SyncStub(jpb_grpc.JobServiceStub(self._channel), token, address)
+        self._head = SyncStub(pb_grpc.HeadStub(self._channel), token, address)
+        self._task_state = SyncStub(tspb_grpc.TaskStateStub(self._channel), token, address)
 
     def close(self) -> None:
         """Close the channel."""
@@ -56,8 +55,8 @@ class HeadJobsClient:
         self, what: str, fn: Callable[..., T], request: Any, timeout: float | None = None
     ) -> T:
         try:
-            return fn(request, metadata=self._md, timeout=timeout or self.timeout)
-        except grpc.RpcError as err:
+            return fn(request, timeout=timeout or self.timeout)
+        except RpcFailure as err:
             raise self._translate(err, what) from None
 
     def _translate(self, err: grpc.RpcError, what: str) -> Exception:
@@ -121,7 +120,6 @@ class HeadJobsClient:
         """Chunks of a job's log from ``offset``; with ``follow`` until the job ends."""
         call = self._jobs.TailJobLogs(
             jpb.JobLogRequest(submission_id=submission_id, offset=offset, follow=follow),
-            metadata=self._md,
             timeout=None if follow else self.timeout,
         )
         return self._stream("TailJobLogs", call)
@@ -181,7 +179,6 @@ class HeadJobsClient:
                 tail_bytes=tail_bytes,
                 offset=offset,
             ),
-            metadata=self._md,
             timeout=None if follow else self.timeout,
         )
         return self._stream("StreamLog", call)

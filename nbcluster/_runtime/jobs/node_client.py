@@ -12,10 +12,16 @@ from collections.abc import Callable, Mapping
 import grpc
 
 from nbcluster._runtime import exceptions as exc
-from nbcluster._runtime.protocol.errors import Peer, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb, pb_grpc
+from nbcluster._runtime.protocol.rpc import (
+    SyncStub,
+    auth_metadata,
+    make_sync_channel,
+    pb,
+    pb_grpc,
+)
 
 __all__ = ["NodeClient"]
 
@@ -69,7 +75,7 @@ class NodeClient:
         request_id = os.urandom(16)
         spilled = False
         while True:
-            stub = pb_grpc.NodeManagerStub(self._channel(address))
+            stub = SyncStub(pb_grpc.NodeManagerStub(self._channel(address)), self._token, address)
             try:
                 reply = stub.RequestWorkerLease(
                     pb.LeaseRequest(
@@ -78,10 +84,9 @@ class NodeClient:
                         request_id=request_id,
                         no_spillback=spilled,
                     ),
-                    metadata=self._md,
                 )
-            except grpc.RpcError as err:
-                raise to_exception(err, Peer.NODE, "RequestWorkerLease") from None  # type: ignore[arg-type]
+            except RpcFailure as err:
+                raise to_exception(err, Peer.NODE, "RequestWorkerLease") from None
             if reply.status == pb.LeaseReply.GRANTED:
                 return address, bytes(reply.lease_id)
             if reply.status == pb.LeaseReply.SPILLBACK and not spilled:
@@ -95,10 +100,8 @@ class NodeClient:
 
     def return_lease(self, address: str, lease_id: bytes) -> None:
         """Give a lease back."""
-        stub = pb_grpc.NodeManagerStub(self._channel(address))
+        stub = SyncStub(pb_grpc.NodeManagerStub(self._channel(address)), self._token, address)
         try:
-            stub.ReturnWorkerLease(
-                pb.ReturnLeaseRequest(lease_id=lease_id), metadata=self._md, timeout=10
-            )
-        except grpc.RpcError as err:
-            raise to_exception(err, Peer.NODE, "ReturnWorkerLease") from None  # type: ignore[arg-type]
+            stub.ReturnWorkerLease(pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10)
+        except RpcFailure as err:
+            raise to_exception(err, Peer.NODE, "ReturnWorkerLease") from None

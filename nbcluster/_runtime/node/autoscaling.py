@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from nbcluster._runtime.objects.state import StoreState
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import autoscaler_pb2 as apb
 from nbcluster._runtime.protocol.protos import autoscaler_pb2_grpc as apb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
@@ -211,7 +211,7 @@ class LoadReporter:
                 try:
                     rep = self.report(primary)
                     reply = await self.stub.ReportLoad(rep, timeout=5)
-                except RpcError as err:
+                except RpcFailure as err:
                     log.debug("load report failed: %s", err.code().name)
                     continue
                 except Exception:  # a bug here must not silence the node's reports for good

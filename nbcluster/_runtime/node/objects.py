@@ -29,7 +29,7 @@ from nbcluster._runtime.objects import transfer
 from nbcluster._runtime.objects.pool import WarmPool
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol import tls
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcError, RpcFailure
 from nbcluster._runtime.protocol.protos import transfer_pb2, transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb
 
@@ -424,7 +424,7 @@ class NodeObjects:
             stub = self._stubs[grpc_address] = AuthedStub(raw, self.token)
         try:
             reply = await stub.GetDataAddress(transfer_pb2.DataAddressRequest(), timeout=10)
-        except grpc.aio.AioRpcError as err:
+        except RpcFailure as err:
             if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older node: gRPC chunks
                 self._data_addresses[grpc_address] = ""
                 return ""

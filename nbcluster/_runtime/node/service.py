@@ -34,7 +34,7 @@ from nbcluster._runtime.node.state import (
     StartWorker,
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
-from nbcluster._runtime.protocol.errors import RpcError, is_unavailable
+from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable, is_unavailable
 from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
@@ -324,7 +324,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
             for key, report in self.death_reports.pending():
                 try:
                     await self.head_stub.ReportWorkerDeath(report, timeout=10)
-                except RpcError as err:
+                except RpcFailure as err:
                     if not is_unavailable(err):  # refused, not lost: retrying cannot help
                         log.warning("the head refused a death report: %s", err.details())
                         self.death_reports.acked(key)
@@ -651,8 +651,8 @@ class HeadLink:
             try:
                 await self.stub.RegisterNode(pb.RegisterNodeRequest(node=self.info), timeout=10)
                 return
-            except RpcError as err:
-                if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+            except RpcFailure as err:
+                if not isinstance(err, RpcUnavailable) or time.monotonic() > deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
@@ -695,7 +695,7 @@ class HeadLink:
                 continue  # woken, but nothing the head sees changed
             try:
                 reply = await self.stub.Heartbeat(request, timeout=max(self.interval * 4, 2.0))
-            except RpcError as err:
+            except RpcFailure as err:
                 log.warning("heartbeat to head failed: %s", err.code().name)
                 continue
             last, last_sent = payload, now
@@ -711,7 +711,7 @@ class HeadLink:
                     log.warning(
                         "the head does not know this node (it restarted): registering again"
                     )
-                with contextlib.suppress(RpcError):
+                with contextlib.suppress(RpcFailure):
                     await self.register()
                 continue
             view = [
@@ -733,7 +733,7 @@ class HeadLink:
             # keep-alive (the head then offered other nodes' spills a CPU already taken).
 
     async def unregister(self, reason: str = "node stopped") -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.stub.UnregisterNode(
                 pb.NodeRef(node_id=self.service.state.node_id, reason=reason), timeout=2
             )

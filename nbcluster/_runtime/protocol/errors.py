@@ -1,7 +1,10 @@
 """Translate gRPC transport errors into ``nbcluster.exceptions`` — here and nowhere else.
 
-Callers wrap RPCs in ``async with translate(Peer.HEAD, "GetNodes"):`` (or call
-:func:`to_exception`) and never catch ``grpc.aio.AioRpcError`` themselves.
+The stubs (``rpc.AuthedStub``) raise a failed asyncio unary call as the
+:class:`RpcFailure` of its code (:class:`RpcUnavailable`, :class:`RpcNotFound`, ...,
+carrying the peer's address); callers catch those named errors, never
+``grpc.aio.AioRpcError``, and turn one into the public exception a user sees with
+:func:`to_exception` (or ``async with translate(Peer.HEAD, "GetNodes"):``).
 """
 
 from __future__ import annotations
@@ -9,13 +12,33 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections.abc import AsyncIterator
+from typing import ClassVar
 
 import grpc
 import grpc.aio
 
 from nbcluster._runtime import exceptions as exc
 
-__all__ = ["Peer", "translate", "to_exception", "is_unavailable", "RpcError"]
+__all__ = [
+    "Peer",
+    "RpcAborted",
+    "RpcAlreadyExists",
+    "RpcCancelled",
+    "RpcDeadlineExceeded",
+    "RpcError",
+    "RpcFailedPrecondition",
+    "RpcFailure",
+    "RpcInvalidArgument",
+    "RpcNotFound",
+    "RpcPermissionDenied",
+    "RpcResourceExhausted",
+    "RpcUnauthenticated",
+    "RpcUnavailable",
+    "is_unavailable",
+    "to_exception",
+    "translate",
+    "translated",
+]
 
 RpcError = grpc.aio.AioRpcError
 
@@ -103,3 +126,138 @@ async def translate(peer: Peer, what: str = "") -> AsyncIterator[None]:
         yield
     except RpcError as err:
         raise to_exception(err, peer, what) from None
+
+
+class RpcFailure(grpc.aio.AioRpcError):
+    """A failed call, raised by the protocol layer's stubs (``rpc.AuthedStub``) in place of
+    grpc's own error: one class per status code (:class:`RpcUnavailable`,
+    :class:`RpcNotFound`, ...), carrying the code, the details and the peer's address.
+
+    It is still a ``grpc.aio.AioRpcError`` (``code()``, ``details()``), so a site that
+    checks the code keeps doing so while it moves to catching the named class.
+    """
+
+    #: The status code of every instance of this class (None: decided per instance).
+    CODE: ClassVar[grpc.StatusCode | None] = None
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str | None = None,
+        peer: str = "",
+        *,
+        initial_metadata: grpc.aio.Metadata | None = None,
+        trailing_metadata: grpc.aio.Metadata | None = None,
+        debug_error_string: str | None = None,
+    ) -> None:
+        super().__init__(
+            code,
+            initial_metadata if initial_metadata is not None else grpc.aio.Metadata(),
+            trailing_metadata if trailing_metadata is not None else grpc.aio.Metadata(),
+            details,
+            debug_error_string,
+        )
+        #: The address the call went to ("" when the stub was not told).
+        self.peer = peer
+
+
+class RpcUnavailable(RpcFailure):
+    """UNAVAILABLE: the peer could not be reached."""
+
+    CODE = grpc.StatusCode.UNAVAILABLE
+
+
+class RpcNotFound(RpcFailure):
+    """NOT_FOUND: the peer does not know what the call names."""
+
+    CODE = grpc.StatusCode.NOT_FOUND
+
+
+class RpcAlreadyExists(RpcFailure):
+    """ALREADY_EXISTS: a name or id is taken."""
+
+    CODE = grpc.StatusCode.ALREADY_EXISTS
+
+
+class RpcInvalidArgument(RpcFailure):
+    """INVALID_ARGUMENT: the peer rejected the request."""
+
+    CODE = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class RpcFailedPrecondition(RpcFailure):
+    """FAILED_PRECONDITION: the peer is not in a state to do it."""
+
+    CODE = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class RpcDeadlineExceeded(RpcFailure):
+    """DEADLINE_EXCEEDED: no answer within the call's timeout."""
+
+    CODE = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class RpcCancelled(RpcFailure):
+    """CANCELLED: the call was cancelled (by either side)."""
+
+    CODE = grpc.StatusCode.CANCELLED
+
+
+class RpcUnauthenticated(RpcFailure):
+    """UNAUTHENTICATED: no cluster token was sent."""
+
+    CODE = grpc.StatusCode.UNAUTHENTICATED
+
+
+class RpcPermissionDenied(RpcFailure):
+    """PERMISSION_DENIED: the cluster token is wrong."""
+
+    CODE = grpc.StatusCode.PERMISSION_DENIED
+
+
+class RpcResourceExhausted(RpcFailure):
+    """RESOURCE_EXHAUSTED: a message too large, or a full store or disk."""
+
+    CODE = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class RpcAborted(RpcFailure):
+    """ABORTED: the peer gave up on the call."""
+
+    CODE = grpc.StatusCode.ABORTED
+
+
+_BY_CODE: dict[grpc.StatusCode, type[RpcFailure]] = {
+    cls.CODE: cls
+    for cls in (
+        RpcUnavailable,
+        RpcNotFound,
+        RpcAlreadyExists,
+        RpcInvalidArgument,
+        RpcFailedPrecondition,
+        RpcDeadlineExceeded,
+        RpcCancelled,
+        RpcUnauthenticated,
+        RpcPermissionDenied,
+        RpcResourceExhausted,
+        RpcAborted,
+    )
+    if cls.CODE is not None
+}
+
+
+def translated(err: grpc.aio.AioRpcError | grpc.Call, peer: str = "") -> RpcFailure:
+    """``err`` (an asyncio call's error, or a blocking call's) as the :class:`RpcFailure`
+    of its code (itself when it is one already); codes without a class of their own
+    (UNKNOWN, INTERNAL, ...) are a plain ``RpcFailure``."""
+    if isinstance(err, RpcFailure):
+        return err
+    code = err.code()
+    return _BY_CODE.get(code, RpcFailure)(
+        code,
+        err.details(),
+        peer,
+        initial_metadata=err.initial_metadata(),
+        trailing_metadata=err.trailing_metadata(),
+        debug_error_string=err.debug_error_string(),
+    )

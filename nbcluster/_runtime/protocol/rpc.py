@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from nbcluster._runtime.protocol import faults, tls
+from nbcluster._runtime.protocol import errors, faults, tls
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 from nbcluster._runtime.protocol.protos import nbcluster_pb2_grpc as pb_grpc
 
@@ -30,6 +30,7 @@ __all__ = [
     "pb_grpc",
     "AuthedStub",
     "LazyStub",
+    "SyncStub",
     "TokenAuthInterceptor",
     "auth_metadata",
     "bind",
@@ -271,9 +272,10 @@ class AuthedStub:
     Attribute lookups are cached so the per-call cost is one dict hit.
     """
 
-    def __init__(self, stub: Any, token: str) -> None:
+    def __init__(self, stub: Any, token: str, peer: str = "") -> None:
         self._stub = stub
         self._md = auth_metadata(token)
+        self._peer = peer
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self._stub, name)
@@ -285,6 +287,58 @@ class AuthedStub:
             if request is None:
                 return method(metadata=meta, **kwargs)
             return method(request, metadata=meta, **kwargs)
+
+        if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
+            call = _translating(call, self._peer)
+        self.__dict__[name] = call
+        return call
+
+
+def _translating(call: Callable[..., Any], peer: str) -> Callable[..., Any]:
+    """``call`` (an asyncio unary call) raising :class:`errors.RpcFailure` subclasses."""
+
+    async def translated_call(request: Any = None, **kwargs: Any) -> Any:
+        try:
+            return await call(request, **kwargs)
+        except grpc.aio.AioRpcError as err:
+            raise errors.translated(err, peer).with_traceback(err.__traceback__) from None
+
+    return translated_call
+
+
+class SyncStub:
+    """A generated stub on a blocking channel (:func:`make_sync_channel`) whose calls carry
+    the token. A call with one reply (unary or client-streaming) raises a failure as the
+    :class:`errors.RpcFailure` of its code, as :class:`AuthedStub`'s asyncio calls do; a
+    call that streams its replies is the channel's own (iterate it, cancel it) and raises
+    grpc's error while it is read.
+
+    ``SyncStub(pb_grpc.HeadStub(make_sync_channel(address, token)), token, address)``.
+    """
+
+    def __init__(self, stub: Any, token: str, peer: str = "") -> None:
+        self._stub = stub
+        self._md = auth_metadata(token)
+        self._peer = peer
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+        md, peer = self._md, self._peer
+        if not isinstance(method, (grpc.UnaryUnaryMultiCallable, grpc.StreamUnaryMultiCallable)):
+
+            def stream(request: Any, **kwargs: Any) -> Any:
+                return method(request, metadata=md, **kwargs)
+
+            self.__dict__[name] = stream
+            return stream
+
+        def call(request: Any, **kwargs: Any) -> Any:
+            try:
+                return method(request, metadata=md, **kwargs)
+            except grpc.RpcError as err:
+                if not isinstance(err, grpc.Call):
+                    raise
+                raise errors.translated(err, peer).with_traceback(err.__traceback__) from None
 
         self.__dict__[name] = call
         return call
@@ -400,7 +454,7 @@ class Channels:
                 }[kind],
                 channel,
             )
-            stub = AuthedStub(raw, self.token)
+            stub = AuthedStub(raw, self.token, address)
             if kind != "head":  # head calls have their own, longer, grace period
                 stub = RetryingStub(stub, self.retry_budget_s)  # type: ignore[assignment]
             self._stubs[key] = stub

@@ -20,14 +20,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
-import grpc
 
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.driver import ActorRecord, FunctionDescriptor
 from nbcluster._runtime.options import ActorOptions, TaskOptions
-from nbcluster._runtime.protocol.errors import Peer, to_exception
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel, pb, pb_grpc
+from nbcluster._runtime.protocol.errors import (
+    Peer,
+    RpcDeadlineExceeded,
+    RpcFailure,
+    RpcPermissionDenied,
+    RpcUnauthenticated,
+    RpcUnavailable,
+    to_exception,
+)
+from nbcluster._runtime.protocol.rpc import SyncStub, make_sync_channel, pb, pb_grpc
 from nbcluster._runtime.refs import ObjectRef
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.runtime_env import spec as runtime_env_spec
@@ -35,17 +42,6 @@ from nbcluster._runtime.runtime_env.options import FrozenRuntimeEnv
 
 CLIENT_OWNER = "client-proxy"
 POLL_S = 1.0
-
-
-class _SyncHead:
-    """A blocking Head stub whose calls carry the token (client mode has no I/O loop)."""
-
-    def __init__(self, stub: Any, metadata: Any) -> None:
-        self._stub, self._md = stub, metadata
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._stub, name)
-        return lambda request, **kw: method(request, metadata=self._md, **kw)
 
 
 class ProxyClient:
@@ -61,8 +57,7 @@ class ProxyClient:
         self.grace_s = grace_s
         self.session = os.urandom(16)
         self.channel = make_sync_channel(head_address, token, max_message_bytes=512 * 2**20)
-        self.stub = pb_grpc.ClientProxyStub(self.channel)
-        self.md = auth_metadata(token)
+        self.stub = SyncStub(pb_grpc.ClientProxyStub(self.channel), token, head_address)
         self.closed = False
         self.counts: dict[bytes, int] = {}
         self.lock = threading.Lock()
@@ -90,21 +85,17 @@ class ProxyClient:
             try:
                 reply = self.stub.Call(
                     pb.ClientRequest(session=self.session, op=op, payload=payload),
-                    metadata=self.md,
                     timeout=max(30.0, POLL_S * 5),
                 )
                 break
-            except grpc.RpcError as err:
-                code = err.code()  # type: ignore[attr-defined]
-                if (
-                    code == grpc.StatusCode.UNAUTHENTICATED
-                    or code == grpc.StatusCode.PERMISSION_DENIED
-                ):
-                    raise to_exception(err, Peer.HEAD, op) from None  # type: ignore[arg-type]
-                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            except RpcFailure as err:
+                code = err.code()
+                if isinstance(err, (RpcUnauthenticated, RpcPermissionDenied)):
+                    raise to_exception(err, Peer.HEAD, op) from None
+                if not isinstance(err, (RpcUnavailable, RpcDeadlineExceeded)):
                     raise exc.NbclusterSystemError(
                         f"client call {op} failed: {code.name}: {err.details()}"
-                    ) from None  # type: ignore[attr-defined]
+                    ) from None
                 if time.monotonic() > deadline:
                     raise exc.HeadUnavailableError(
                         f"the cluster head at {self.head_address} has been unreachable for "
@@ -300,9 +291,9 @@ class ProxyClient:
         such as ``nbcluster.state``'s; issue 13: widgets in client mode)."""
         channel = make_sync_channel(self.head_address, self.token)
         try:
-            return call(_SyncHead(pb_grpc.HeadStub(channel), auth_metadata(self.token)))
-        except grpc.RpcError as err:
-            raise to_exception(err, Peer.HEAD, what) from None  # type: ignore[arg-type]
+            return call(SyncStub(pb_grpc.HeadStub(channel), self.token, self.head_address))
+        except RpcFailure as err:
+            raise to_exception(err, Peer.HEAD, what) from None
         finally:
             channel.close()
 

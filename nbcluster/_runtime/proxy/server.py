@@ -24,7 +24,7 @@ from typing import Any
 import cloudpickle
 import grpc
 
-from nbcluster._runtime import context
+from nbcluster._runtime import client_slot
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core.driver import CoreDriver
 from nbcluster._runtime.driver import DRIVER_CALLS, ActorRecord
@@ -70,7 +70,7 @@ def resolve_client_ref(oid: bytes) -> ObjectRef | None:
     return None if session is None else session.resolve(oid)
 
 
-context.client_ref_resolver = resolve_client_ref
+client_slot.client_ref_resolver = resolve_client_ref
 
 
 class _ToClientPickler(cloudpickle.CloudPickler):

@@ -7,7 +7,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from nbcluster import ObjectRef, state
+from nbcluster import state
+from nbcluster._refs import ObjectRef
 from nbcluster.jupyter.widgets._base import LiveWidget, format_seconds
 from nbcluster.jupyter.widgets._feed import Feed, FeedUpdate
 

@@ -16,7 +16,8 @@ from collections.abc import Mapping, MutableMapping
 from importlib import resources
 from typing import Any
 
-from nbcluster import ObjectRef, state
+from nbcluster import state
+from nbcluster._refs import ObjectRef
 from nbcluster.jupyter.memory import freed_bytes, release_variable
 from nbcluster.jupyter.widgets._base import LiveWidget, format_bytes, node_label
 from nbcluster.jupyter.widgets._feed import Feed, FeedUpdate

@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable
 from typing import IO, Any
 
-import nbcluster
-from nbcluster import ObjectRef, state
+from nbcluster import _api, state
+from nbcluster._refs import ObjectRef
 from nbcluster.jupyter.widgets._feed import Feed, FeedUpdate, Subscription, default_feed
 
 __all__ = ["Progress", "progress"]
@@ -80,7 +80,7 @@ class Progress:
         self._last_line_at = 0.0
         if self._refs:
             # Start status requests for borrowed refs (refs this process does not own).
-            nbcluster.wait(self._refs, num_returns=len(self._refs), timeout=0)
+            _api.wait(self._refs, num_returns=len(self._refs), timeout=0)
         self.widget: Any = self._build() if self._widget_mode else None
         self.refresh()
         if display:
@@ -131,7 +131,7 @@ class Progress:
         with self._lock:
             pending = list(self._pending)
         if pending:
-            nbcluster.wait(pending, num_returns=len(pending), timeout=timeout)
+            _api.wait(pending, num_returns=len(pending), timeout=timeout)
         self.refresh()
         return self.complete
 
