@@ -21,6 +21,7 @@ import grpc.aio
 import pytest
 
 from nbcluster._runtime.core.client import CoreClient
+from nbcluster._runtime.protocol.errors import translated
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.worker.main import Executor
 from nbcluster.exceptions import HeadUnavailableError
@@ -45,11 +46,15 @@ class RestartingHead:
         self.calls += 1
         assert request.function_id == FUNCTION_ID
         if self.down_for is None or self.calls <= self.down_for:
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.UNAVAILABLE,
-                initial_metadata=grpc.aio.Metadata(),
-                trailing_metadata=grpc.aio.Metadata(),
-                details="Connection refused",
+            # what the protocol layer's stub raises for a refused connection (translated)
+            raise translated(
+                grpc.aio.AioRpcError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    initial_metadata=grpc.aio.Metadata(),
+                    trailing_metadata=grpc.aio.Metadata(),
+                    details="Connection refused",
+                ),
+                "head",
             )
         return types.SimpleNamespace(found=True, payload=cloudpickle.dumps(double))
 
