@@ -68,6 +68,8 @@ class Submitter:
         self._inbox: collections.deque[TaskRecord] = collections.deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
+        self._dirty: list[Lease] = []  # outboxes to write at the end of this loop turn
+        self._flush_scheduled = False
         self._open: set[bytes] = set()  # tasks (not actor calls) submitted and not yet done
         self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.node_watch_running = False
@@ -161,7 +163,16 @@ class Submitter:
         if not lease.outbox or lease.writing or lease.call is None:
             return
         lease.writing = True
-        self.client.loop.call_soon(self._write_now, lease)
+        self._dirty.append(lease)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.client.loop.call_soon(self._flush_dirty)
+
+    def _flush_dirty(self) -> None:
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for lease in dirty:
+            self._write_now(lease)
 
     def _write_now(self, lease: Lease) -> None:
         lease.writing = False
@@ -452,7 +463,8 @@ class Submitter:
             self._resolve_deps(rec, ready)
         if ready:
             self._do(state.ready(ready))
-        self.client.actor_submitter.flush_dirty()  # actor calls leave now, together
+        self._flush_dirty()  # tasks and actor calls leave now, together
+        self.client.actor_submitter.flush_dirty()
         self.pending_report.wake()
 
     def _resolve_deps(self, rec: TaskRecord, ready: list[TaskRecord]) -> None:
