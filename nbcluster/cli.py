@@ -195,13 +195,29 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
         cmd.append("--allow-external")
     nodes_dir = Path(session_dir) / "nodes"
     before = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
+    # With --block, a stop (SIGTERM, Ctrl-C) that comes while the node is still starting
+    # stops it too: the node runs in its own session, so nothing else would end it.
+    done = _stop_signals() if args.block else None
     log = open(Path(session_dir) / "logs" / f"node-join-{os.getpid()}.out", "ab")  # noqa: SIM115
     p = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
     )
     log.close()
+
+    def stop() -> None:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        if done is not None and done.is_set():
+            stop()
+            print("nbcluster: stopped before the node joined")
+            return 1
         now = set(nodes_dir.glob("*.json")) if nodes_dir.exists() else set()
         if now - before:
             break
@@ -224,15 +240,7 @@ def _join(args: argparse.Namespace, resources: dict[str, float] | None) -> int:
     print(f"nbcluster node joined {args.address} (pid {p.pid})")
     sys.stdout.flush()
     if args.block:
-
-        def stop() -> None:
-            p.terminate()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-        _block(stop)
+        _block(stop, done)
     return 0
 
 
@@ -250,10 +258,17 @@ def _warn_if_unreachable(head_address: str, token_file: str, new_files: set[Path
             print(f"nbcluster start: warning: {message}", file=sys.stderr)
 
 
-def _block(stop: object) -> None:
+def _stop_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM (installed now)."""
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    return done
+
+
+def _block(stop: object, done: threading.Event | None = None) -> None:
+    if done is None:
+        done = _stop_signals()
     try:
         while not done.wait(0.5):
             pass
