@@ -69,6 +69,7 @@ class ActorConn:
         self.call: Any = None
         self.outbox: list[Any] = []
         self.writing = False
+        self.handoff = False  # a caller's thread left part of a frame for the loop to write
 
 
 class ActorCallState:

@@ -6,6 +6,15 @@ pure state machine :class:`~nbcluster._runtime.core.actor_state.ActorCallState`;
 module feeds it events and carries out its instructions. Runs on the I/O loop, except
 :meth:`ActorSubmitter.submit`, :meth:`ActorSubmitter.killed` and
 :meth:`ActorSubmitter.release_when_idle`.
+
+**The caller's thread writes the call itself** when nothing can come before it: the actor
+is alive and its task channel open with nothing waiting to be written, no earlier call of
+this process to it is queued or on its way to the loop, and the call has no argument to
+wait for. Then :meth:`ActorSubmitter.submit` takes the call's place in the state machine
+(it goes straight in flight) and writes its frame to the socket from the calling thread,
+with no hop through the I/O loop; the loop only records the call afterwards. Every event
+of the state machine and every write to an actor's channel happens under one lock
+(:attr:`ActorSubmitter.lock`), so the two threads never reorder calls.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +37,7 @@ from nbcluster._runtime.core.actor_state import (
     ActorCallState,
     ActorConn,
 )
+from nbcluster._runtime.core.channel import batch_frame
 from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 
@@ -44,9 +55,14 @@ class ActorSubmitter:
 
     def __init__(self, client: ActorSubmitterHost) -> None:
         self.client = client
+        #: Held around every event of :attr:`state` and every write to an actor's channel,
+        #: by the loop and by callers writing their own calls (reentrant: instructions run
+        #: under it and may feed the state machine again).
+        self.lock = threading.RLock()
         # Calls made and not done, per actor (for max_pending_calls); user threads read it.
         self.pending_counts: dict[bytes, int] = collections.defaultdict(int)
-        self.count_lock = threading.Lock()
+        # Calls on their way to the loop's queue, per actor: a later call must not pass them.
+        self._unqueued: dict[bytes, int] = collections.defaultdict(int)
         self.state = ActorCallState(pending=lambda aid: self.pending_counts.get(aid, 0))
         self._dirty: list[ActorConn] = []  # outboxes to write at the end of this loop turn
         self._flush_scheduled = False
@@ -77,14 +93,68 @@ class ActorSubmitter:
     def submit(self, rec: TaskRecord, max_pending_calls: int) -> None:
         """Queue an actor call (thread-safe); raise when the pending-call limit is reached."""
         aid = rec.spec.actor_id
-        with self.count_lock:
+        with self.lock:
             if max_pending_calls > 0 and self.pending_counts[aid] >= max_pending_calls:
                 raise exc.PendingCallsLimitExceeded(
                     f"the actor already has {self.pending_counts[aid]} pending calls from this "
                     f"process (max_pending_calls={max_pending_calls}); wait for some results first"
                 )
             self.pending_counts[aid] += 1
+            if self._send_direct(rec, aid):
+                return  # no wake-up of the loop: the reply brings the rest
+            self._unqueued[aid] += 1
         self.client.submitter.submit(rec)  # dependency resolution is shared with tasks
+
+    def sent_call(self, task_id: bytes) -> TaskRecord | None:
+        """The record of a call this process sent and has no reply for (any thread)."""
+        with self.lock:
+            for conn in self.state.conns.values():
+                rec = conn.inflight.get(task_id)
+                if rec is not None:
+                    return rec
+        return None
+
+    def _send_direct(self, rec: TaskRecord, aid: bytes) -> bool:
+        """Write ``rec`` to its actor now, from this thread (lock held), if nothing may
+        come before it; False: it goes the loop's way."""
+        conn = self.state.conns.get(aid)
+        if (
+            conn is None
+            or conn.state != ALIVE
+            or not conn.stream
+            or conn.queue
+            or conn.outbox
+            or conn.writing
+            or conn.handoff
+            or conn.death is not None
+            or self._unqueued.get(aid)
+            or rec.dep_ids
+            or rec.spec.num_returns < 0  # generators: their stream is set up on the loop
+            or self.state.closed
+        ):
+            return False
+        call = conn.call
+        writable = getattr(call, "thread_writable", None)
+        if writable is None or not writable():
+            return False
+        frame = batch_frame(rec.spec.SerializeToString())
+        rec.resolved = rec.direct = True
+        rec.submitted_at = time.monotonic()
+        conn.inflight[rec.task_id] = rec
+        sent = call.send_from_thread(frame)
+        if sent < len(frame):  # the socket is full: the loop writes the rest, in order
+            conn.handoff = True
+            self.client.loop.call_soon_threadsafe(self._handoff, conn, call, frame[sent:])
+        return True
+
+    def _handoff(self, conn: ActorConn, call: Any, rest: bytes) -> None:
+        """The loop writes what a caller's thread could not (then what waited behind it)."""
+        with self.lock:
+            conn.handoff = False
+            if conn.call is call:
+                with contextlib.suppress(ConnectionError):
+                    call.write_bytes_nowait(rest)
+            self._flush(conn)
 
     def killed(self, actor_id: bytes, no_restart: bool) -> None:
         """``nbcluster.kill`` returned (thread-safe): calls made after it fail at once."""
@@ -93,37 +163,52 @@ class ActorSubmitter:
     def killing(self, actor_id: bytes) -> None:
         """``nbcluster.kill(no_restart=True)`` is about to ask the head (thread-safe; queued
         on the loop before the kill can break any stream)."""
-        self.client.call_soon(self.state.killing, actor_id)
+        self.client.call_soon(self._locked, self.state.killing, actor_id)
 
     def kill_aborted(self, actor_id: bytes) -> None:
         """The kill failed before the head acted (thread-safe)."""
-        self.client.call_soon(self.state.kill_aborted, actor_id)
+        self.client.call_soon(self._locked, self.state.kill_aborted, actor_id)
 
     def release_when_idle(self, actor_id: bytes) -> None:
         """The last handle in the owner went away: end the actor once its calls are done."""
         self.client.call_soon(self._release_when_idle, actor_id)
 
     # -- events (loop side) ------------------------------------------------------------------
+    def _event(self, event: Callable[..., list[Any]], *args: Any) -> None:
+        with self.lock:
+            self._do(event(*args))
+
+    def _locked(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self.lock:
+            fn(*args)
+
     def enqueue(self, rec: TaskRecord) -> None:
         """A new call takes its place in the actor's queue (in submission order)."""
-        self._do(self.state.enqueue(rec))
+        with self.lock:
+            aid = rec.spec.actor_id
+            left = self._unqueued[aid] - 1
+            if left > 0:
+                self._unqueued[aid] = left
+            else:
+                del self._unqueued[aid]
+            self._do(self.state.enqueue(rec))
 
     def ready(self, rec: TaskRecord) -> None:
         """A queued call's arguments are resolved: send what the order allows."""
-        self._do(self.state.ready(rec))
+        self._event(self.state.ready, rec)
 
     def cancel(self, rec: TaskRecord) -> None:
         """``nbcluster.cancel`` on an actor call (loop): a queued call fails now with
         ``TaskCancelledError``; a call sent to the actor is cancelled there (an async actor's
         call gets ``asyncio.CancelledError``; a sync one sees ``is_canceled()``), and its
         reply says how it ended."""
-        self._do(self.state.cancel(rec))
+        self._event(self.state.cancel, rec)
 
     def _killed(self, actor_id: bytes, no_restart: bool) -> None:
-        self._do(self.state.killed(actor_id, no_restart))
+        self._event(self.state.killed, actor_id, no_restart)
 
     def _release_when_idle(self, actor_id: bytes) -> None:
-        self._do(self.state.release_when_idle(actor_id))
+        self._event(self.state.release_when_idle, actor_id)
 
     # -- instructions -------------------------------------------------------------------------
     def _do(self, out: list[Any]) -> None:
@@ -150,19 +235,19 @@ class ActorSubmitter:
                 except RpcError as err:
                     failures += 1
                     if err.code().name == "NOT_FOUND":
-                        self._do(self.state.actor_unknown(conn))
+                        self._event(self.state.actor_unknown, conn)
                         return
                     if err.code().name == "UNAVAILABLE" and not self.closed:
                         # head() retried for the grace period: calls waiting for the head
                         # to place the actor fail (F11b)
                         error = to_exception(err, Peer.HEAD, "WaitActor")
-                        self._do(self.state.head_unreachable(conn, error))
+                        self._event(self.state.head_unreachable, conn, error)
                     await asyncio.sleep(min(0.2 * failures, 2.0))
                     continue
                 failures = 0
-                self._do(self.state.actor_info(conn, info))
+                self._event(self.state.actor_info, conn, info)
         finally:
-            self.state.watch_ended(conn)
+            self._locked(self.state.watch_ended, conn)
 
     def _do_connect(self, i: ins.ConnectActor) -> None:
         conn = i.conn
@@ -178,17 +263,18 @@ class ActorSubmitter:
             call = await self.client.submitter.streams.open(address)
         except (TimeoutError, RpcError, OSError) as err:
             log.debug("could not open a stream to actor at %s: %r", address, err)
-            self._do(self.state.stream_ended(conn, stream))
+            self._event(self.state.stream_ended, conn, stream)
             return
-        if conn.stream != stream:  # replaced or closed meanwhile
-            call.cancel()
-            return
-        conn.call = call
-        if hasattr(call, "on_replies"):  # a task channel: replies handled as they arrive
-            call.on_replies(self._replies_handler(conn, call, stream))
-        else:
-            self.client.loop.create_task(self._reader(conn, call, stream))
-        self._flush(conn)
+        with self.lock:
+            if conn.stream != stream:  # replaced or closed meanwhile
+                call.cancel()
+                return
+            conn.call = call
+            if hasattr(call, "on_replies"):  # a task channel: replies handled as they arrive
+                call.on_replies(self._replies_handler(conn, call, stream))
+            else:
+                self.client.loop.create_task(self._reader(conn, call, stream))
+            self._flush(conn)
 
     def _do_recheck(self, i: ins.RecheckActor) -> None:
         self.client.loop.create_task(self._recheck(i.conn, i.version))
@@ -214,7 +300,7 @@ class ActorSubmitter:
                 await self.client.core(info.address).Ping(pb.Empty(), timeout=2)
             except RpcError:
                 continue
-            self._do(self.state.reconnect(conn, version, info.address))
+            self._event(self.state.reconnect, conn, version, info.address)
             return
 
     def _do_close_stream(self, i: ins.CloseActorStream) -> None:
@@ -233,8 +319,8 @@ class ActorSubmitter:
         """Write the actor's outbox: on a task channel with room, once the loop's current
         callback is done (calls queued together leave in one frame); else from a writer
         task."""
-        if not conn.outbox or conn.writing or conn.call is None:
-            return
+        if not conn.outbox or conn.writing or conn.call is None or conn.handoff:
+            return  # (a handoff flushes when it is done)
         conn.writing = True
         self._dirty.append(conn)
         if not self._flush_scheduled:
@@ -244,14 +330,15 @@ class ActorSubmitter:
     def flush_dirty(self) -> None:
         """Write every outbox that has calls (the loop; the submitter calls it when it has
         queued what one wake-up brought, so those calls leave at once and together)."""
-        self._flush_scheduled = False
-        dirty, self._dirty = self._dirty, []
-        for conn in dirty:
-            self._write_now(conn)
+        with self.lock:
+            self._flush_scheduled = False
+            dirty, self._dirty = self._dirty, []
+            for conn in dirty:
+                self._write_now(conn)
 
     def _write_now(self, conn: ActorConn) -> None:
         conn.writing = False
-        if not conn.outbox or conn.call is None:
+        if not conn.outbox or conn.call is None or conn.handoff:
             return
         drain = False
         write_nowait = getattr(conn.call, "write_nowait", None)
@@ -315,15 +402,16 @@ class ActorSubmitter:
         return on_replies
 
     def _replies(self, conn: ActorConn, stream: int, batch: pb.ReplyBatch) -> None:
-        for record in batch.logs:  # an actor call's output goes to its caller's cell
-            self.client.submitter._on_log(record, conn.inflight.get(record.task_id))
-        if batch.replies:
-            self._do(self.state.replies(conn, stream, batch.replies))
+        with self.lock:
+            for record in batch.logs:  # an actor call's output goes to its caller's cell
+                self.client.submitter._on_log(record, conn.inflight.get(record.task_id))
+            if batch.replies:
+                self._do(self.state.replies(conn, stream, batch.replies))
 
     def _stream_ended(self, conn: ActorConn, call: Any, stream: int) -> None:
         if conn.call is call:
             conn.call = None
-        self._do(self.state.stream_ended(conn, stream))
+        self._event(self.state.stream_ended, conn, stream)
 
     def _do_cancel_remote(self, i: ins.CancelActorRemote) -> None:
         self.client.loop.create_task(self._cancel_remote(i.address, i.task_id))
@@ -350,7 +438,7 @@ class ActorSubmitter:
             )
 
     def _do_call_done(self, i: ins.CallDone) -> None:
-        with self.count_lock:
+        with self.lock:
             self.pending_counts[i.record.spec.actor_id] -= 1
 
     def _do_complete(self, i: ins.Complete) -> None:
@@ -363,8 +451,9 @@ class ActorSubmitter:
     # -- whole process --------------------------------------------------------------------------
     def running(self) -> bool:
         """True while a call of this process to an actor has not replied."""
-        return self.state.running()
+        with self.lock:
+            return self.state.running()
 
     def shutdown(self) -> None:
         """This process stops: close every actor stream."""
-        self._do(self.state.close())
+        self._event(self.state.close)

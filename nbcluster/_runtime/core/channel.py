@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -36,7 +37,14 @@ from nbcluster._runtime.protocol import tls
 from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 
-__all__ = ["ChannelRefused", "ChannelServer", "StreamOpener", "TaskChannel", "connect"]
+__all__ = [
+    "ChannelRefused",
+    "ChannelServer",
+    "StreamOpener",
+    "TaskChannel",
+    "batch_frame",
+    "connect",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,18 @@ _MAX_LEASE = 255
 
 #: ``serve(batches, lease_hex)``: the worker's stream handler (replies for the batches).
 Serve = Callable[[AsyncIterator[pb.TaskBatch], str], AsyncIterator[pb.ReplyBatch]]
+
+
+def batch_frame(spec: bytes) -> bytes:
+    """The frame of a ``TaskBatch`` holding one serialized ``TaskSpec`` (field 1), built
+    without copying the spec into a batch message."""
+    n = len(spec)
+    size = bytearray()
+    while n >= 0x80:
+        size.append((n & 0x7F) | 0x80)
+        n >>= 7
+    size.append(n)
+    return _LEN.pack(1 + len(size) + len(spec)) + b"\x0a" + bytes(size) + spec
 
 
 class ChannelRefused(ConnectionError):
@@ -291,10 +311,42 @@ class TaskChannel:
     ``read`` (``None`` at the end) and ``cancel``; ``write_nowait`` for the loop's own
     callers (no task per write)."""
 
-    def __init__(self, transport: asyncio.Transport, proto: _ClientProtocol) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, proto: _ClientProtocol, sock: socket.socket | None
+    ) -> None:
         self._transport = transport
         self._proto = proto
         self._closed = False
+        # A duplicate of a plain TCP channel's socket, for writes from other threads: the
+        # loop may close its own descriptor at any time, ours stays valid until cancel().
+        self._sock = sock
+
+    def thread_writable(self) -> bool:
+        """True when a frame written now from another thread (the writers' lock held) goes
+        out in order: a plain TCP channel, open, with nothing waiting in the transport."""
+        return (
+            self._sock is not None
+            and not self._closed
+            and not self._proto.ended
+            and not self._proto.paused
+            and not self._transport.get_write_buffer_size()
+        )
+
+    def send_from_thread(self, frame: bytes) -> int:
+        """Write as much of ``frame`` as the socket takes now, from any thread, without
+        blocking; the bytes written. What is left goes through :meth:`write_bytes_nowait`
+        on the loop (which also meets any error the socket has)."""
+        assert self._sock is not None
+        try:
+            return self._sock.send(frame, socket.MSG_DONTWAIT)
+        except OSError:
+            return 0
+
+    def write_bytes_nowait(self, data: bytes) -> None:
+        """Write already framed bytes (on the loop)."""
+        if self._closed or self._proto.ended:
+            raise ConnectionError("the task channel is closed")
+        self._transport.write(data)
 
     def write_nowait(self, batch: pb.TaskBatch) -> bool:
         """Send a batch of tasks now (on the loop); True when the caller should await
@@ -342,6 +394,8 @@ class TaskChannel:
         self._closed = True
         with contextlib.suppress(Exception):
             self._transport.close()
+        if self._sock is not None:
+            self._sock.close()
 
 
 async def connect(
@@ -373,19 +427,24 @@ async def connect(
         ),
         timeout,
     )
+    own: socket.socket | None = None
     try:
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is None:
+                own = socket.socket(sock.family, sock.type, fileno=os.dup(sock.fileno()))
         transport.write(MAGIC + bytes([VERSION, len(tok)]) + tok + bytes([len(lease)]) + lease)
         status = await asyncio.wait_for(asyncio.shield(proto.status), timeout)
         if status != OK:
             raise ChannelRefused(f"the worker at {address} refused the task channel")
     except BaseException:
         transport.abort()
+        if own is not None:
+            own.close()
         raise
-    return TaskChannel(transport, proto)  # type: ignore[arg-type]
+    return TaskChannel(transport, proto, own)  # type: ignore[arg-type]
 
 
 class StreamOpener:

@@ -260,10 +260,12 @@ class CoreClient:
     def remove_local_ref(self, object_id: bytes) -> None:
         """A ref was dropped (often from ``__del__``, at any point of any thread).
 
-        No lock is taken here: the garbage collector may run this while this very thread
-        holds the table's lock. The id goes on a queue that the I/O loop drains.
+        No lock is waited for here: the garbage collector may run this while this very
+        thread holds the table's lock. The common case (a small owned object, the lock
+        free) is done at once; anything else goes on a queue that the I/O loop drains, so a
+        dropped ref does not wake the loop while a call is on its way.
         """
-        if self.closed:
+        if self.closed or self.table.try_drop_local(object_id):
             return
         self._derefs.append(object_id)
         if not self._deref_scheduled:

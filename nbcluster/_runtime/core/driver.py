@@ -220,7 +220,9 @@ class CoreDriver:
         client = self.client
         if ref.owner_address != client.address:
             raise ValueError("only the process that submitted a task can cancel it")
-        rec = client.submitter.tasks.get(ref.task_id())
+        rec = client.submitter.tasks.get(ref.task_id()) or client.actor_submitter.sent_call(
+            ref.task_id()
+        )
         if force and rec is not None and rec.actor:  # Ray: actors keep state; kill the actor
             raise ValueError(
                 "force=True is not supported for actor tasks: cancel the call without force, "

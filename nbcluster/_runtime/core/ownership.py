@@ -93,6 +93,15 @@ class Entry:
         """No ref, no pending task and no borrower needs it any more."""
         return self.local <= 0 and self.submitted <= 0 and not self.borrowers and not self.escaped
 
+    def releasable_without(self, refs: int) -> bool:
+        """:meth:`releasable` once ``refs`` local refs are gone."""
+        return (
+            self.local - refs <= 0
+            and self.submitted <= 0
+            and not self.borrowers
+            and not self.escaped
+        )
+
 
 class Release:
     """What to do after a reference went away."""
@@ -150,6 +159,27 @@ class OwnershipTable:
             if entry.releasable():
                 self._release(object_id, entry, out)
         return out
+
+    def try_drop_local(self, object_id: bytes) -> bool:
+        """:meth:`remove_local_ref` done at once, from any thread, when it needs no lock
+        wait and no follow-up (the object is not in a store, not borrowed): True if done.
+        False: nothing changed; queue it for the loop. (A ``__del__`` run by the garbage
+        collector while this thread holds the lock gets False, never a deadlock.)"""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            entry = self.entries.get(object_id)
+            if entry is None:
+                return True
+            if entry.local <= 1 and entry.releasable_without(1):
+                if entry.in_store or not entry.owned:
+                    return False  # its release frees or unborrows: the loop does it
+                del self.entries[object_id]
+                entry.buffer = None
+            entry.local -= 1
+            return True
+        finally:
+            self.lock.release()
 
     def add_submitted(self, object_ids: Iterable[bytes]) -> None:
         """Pending tasks now take these objects as arguments."""

@@ -54,6 +54,10 @@ class ActorCalls(Protocol):
         """Cancel an actor call that is queued or running."""
         ...
 
+    def sent_call(self, task_id: bytes) -> TaskRecord | None:
+        """A call sent and not answered (its caller's thread may have sent it)."""
+        ...
+
     def flush_dirty(self) -> None:
         """Write the calls queued so far (the end of the task submitter's inbox drain)."""
         ...

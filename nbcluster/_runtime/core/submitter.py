@@ -576,7 +576,7 @@ class Submitter:
                     is_error=reply.is_error,
                 )
                 ready.append(entry)
-        self._finish(rec, ready)
+        self._finish(rec, ready, replied=True)
         if orphans:
             rel = Release()
             rel.free_in_store.extend(orphans)
@@ -611,7 +611,7 @@ class Submitter:
                     ready.append(entry)
         self._finish(rec, ready)
 
-    def _finish(self, rec: TaskRecord, ready: list[Entry]) -> None:
+    def _finish(self, rec: TaskRecord, ready: list[Entry], replied: bool = False) -> None:
         self.state.finish(rec)
         if self._open:
             with self._inbox_lock:
@@ -625,11 +625,14 @@ class Submitter:
         release = table.remove_submitted(rec.dep_ids + rec.nested_ids)
         if release:
             self.client._queue_release(release)
-        if rec.actor:  # a call that failed while queued no longer holds back later calls
+        if rec.actor and not replied:  # one that failed while queued held back later calls
             self.client.actor_submitter.ready(rec)
 
     # -- cancellation -------------------------------------------------------------------------
     def _cancel(self, task_id: bytes, force: bool) -> None:
+        rec = self.client.actor_submitter.sent_call(task_id)  # its caller's thread sent it?
+        if rec is not None and not rec.done and task_id not in self.state.tasks:
+            self.state.add(rec)
         self._do(self.state.cancel(task_id, force))
 
     # -- node failures -------------------------------------------------------------------------
