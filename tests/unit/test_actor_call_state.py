@@ -96,6 +96,21 @@ def test_without_retries_a_call_in_flight_when_the_actor_died_fails() -> None:
     assert out[2] == ins.RecheckActor(conn, 1)
 
 
+def test_a_stream_that_never_opened_puts_its_calls_back_without_spending_retries() -> None:
+    st = ActorCallState()
+    a, b = _call(retries=0), _call(retries=0)
+    conn, _ = _alive(st, a, b)  # sent to stream 1, which then fails to connect
+    later = _call(retries=0)
+    st.enqueue(later)
+    assert st.open_failed(conn, 1) == [ins.RecheckActor(conn, 1)]
+    assert list(conn.queue) == [a, b, later] and not conn.inflight
+    assert (a.retries_left, a.spec.attempt) == (0, 0)  # nothing went out: no retry spent
+    assert conn.state == pb.ActorInfo.RESTARTING and conn.stream == 0
+    out = st.reconnect(conn, 1, "w:1")  # the ping answered: the same incarnation again
+    assert out == [ins.ConnectActor(conn, "w:1", 2), ins.SendActorCalls(conn, [a, b, later])]
+    assert st.open_failed(conn, 1) == []  # an old stream's news changes nothing
+
+
 def test_the_end_of_an_old_stream_is_ignored() -> None:
     st = ActorCallState()
     a = _call(retries=0)

@@ -256,3 +256,72 @@ def test_a_stale_cached_address_is_asked_for_again_once() -> None:
         await server.close()
 
     _run(main())
+
+
+def test_batch_frame_is_the_frame_of_a_one_task_batch() -> None:
+    for size in (0, 1, 127, 128, 300, 20_000, 70_000):
+        spec = pb.TaskSpec(task_id=b"t", args=b"a" * size).SerializeToString()
+        data = pb.TaskBatch(tasks=[pb.TaskSpec.FromString(spec)]).SerializeToString()
+        assert channel.batch_frame(spec) == channel._LEN.pack(len(data)) + data
+
+
+def test_frames_written_from_another_thread_arrive_whole_and_in_order() -> None:
+    """What a caller's thread writes (with the loop's writes, under one lock) arrives in
+    order, including when the socket fills and the rest is handed to the loop."""
+    import threading
+
+    class SlowWorker(Worker):
+        async def serve(self, batches: AsyncIterator[pb.TaskBatch], lease_hex: str) -> Any:
+            await asyncio.sleep(0.5)  # reads nothing for a while: the owner's socket fills
+            async for reply in super().serve(batches, lease_hex):
+                yield reply
+
+    async def main() -> None:
+        worker = SlowWorker()
+        server = await _server(worker)
+        ch = await channel.connect(server.address, TOKEN, max_frame=1 << 22)
+        loop = asyncio.get_running_loop()
+        assert ch.thread_writable()
+        lock = threading.Lock()
+        handoffs = 0
+        pending = 0  # frames' rests not yet written by the loop
+
+        def rest_on_loop(rest: bytes) -> None:
+            nonlocal pending
+            with lock:
+                ch.write_bytes_nowait(rest)
+                pending -= 1
+
+        def writer() -> None:
+            nonlocal handoffs, pending
+            for i in range(300):
+                spec = pb.TaskSpec(task_id=b"%d" % i, args=b"z" * 60_000)
+                frame = channel.batch_frame(spec.SerializeToString())
+                while True:
+                    with lock:
+                        if pending or not ch.thread_writable():
+                            pass  # the loop has bytes queued: wait for them to leave
+                        else:
+                            sent = ch.send_from_thread(frame)
+                            if sent < len(frame):
+                                handoffs += 1
+                                pending += 1
+                                loop.call_soon_threadsafe(rest_on_loop, frame[sent:])
+                            break
+                    threading.Event().wait(0.001)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        got: list[bytes] = []
+        while len(got) < 300:
+            batch = await ch.read()
+            assert batch is not None
+            got += [r.task_id for r in batch.replies]
+        await loop.run_in_executor(None, thread.join, 10)
+        assert got == [b"%d" % i for i in range(300)]
+        assert handoffs > 0  # the socket did fill: the loop wrote the rests
+        ch.cancel()
+        assert not ch.thread_writable()
+        await server.close()
+
+    _run(main())

@@ -165,6 +165,21 @@ class ActorCallState:
             out.append(RecheckActor(conn, conn.version))
         return out
 
+    def open_failed(self, conn: ActorConn, stream: int) -> Out:
+        """Stream ``stream`` could not be opened (a refused or timed-out connection, e.g.
+        on a loaded machine). Nothing went out on it, so the calls given to it go back to
+        the front of the queue in order, without spending a retry, and the actor is asked
+        after as after a break."""
+        if stream != conn.stream or conn.death is not None or self.closed:
+            return self.stream_ended(conn, stream)
+        conn.stream = 0
+        conn.address = ""
+        if conn.state == ALIVE:
+            conn.state = RESTARTING  # until the head or a ping says otherwise
+        conn.queue.extendleft(reversed(conn.inflight.values()))
+        conn.inflight.clear()
+        return [RecheckActor(conn, conn.version)]
+
     def _retry_or_fail_inflight(self, conn: ActorConn) -> Out:
         out: Out = []
         retry = []

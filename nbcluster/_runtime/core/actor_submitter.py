@@ -63,6 +63,9 @@ class ActorSubmitter:
         self.pending_counts: dict[bytes, int] = collections.defaultdict(int)
         # Calls on their way to the loop's queue, per actor: a later call must not pass them.
         self._unqueued: dict[bytes, int] = collections.defaultdict(int)
+        #: Calls written by their caller's thread / whose frame it left to the loop.
+        self.sent_direct = 0
+        self.handoffs = 0
         self.state = ActorCallState(pending=lambda aid: self.pending_counts.get(aid, 0))
         self._dirty: list[ActorConn] = []  # outboxes to write at the end of this loop turn
         self._flush_scheduled = False
@@ -142,8 +145,10 @@ class ActorSubmitter:
         rec.submitted_at = time.monotonic()
         conn.inflight[rec.task_id] = rec
         sent = call.send_from_thread(frame)
+        self.sent_direct += 1
         if sent < len(frame):  # the socket is full: the loop writes the rest, in order
             conn.handoff = True
+            self.handoffs += 1
             self.client.loop.call_soon_threadsafe(self._handoff, conn, call, frame[sent:])
         return True
 
@@ -263,7 +268,7 @@ class ActorSubmitter:
             call = await self.client.submitter.streams.open(address)
         except (TimeoutError, RpcError, OSError) as err:
             log.debug("could not open a stream to actor at %s: %r", address, err)
-            self._event(self.state.stream_ended, conn, stream)
+            self._event(self.state.open_failed, conn, stream)
             return
         with self.lock:
             if conn.stream != stream:  # replaced or closed meanwhile
