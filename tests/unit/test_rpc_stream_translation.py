@@ -9,6 +9,9 @@ errors."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from concurrent import futures
 from typing import Any
 
 import grpc
@@ -23,6 +26,7 @@ from nbcluster._runtime.protocol.rpc import (
     RetryingStub,
     SyncStub,
     authed_call,
+    make_sync_channel,
     pb,
     pb_grpc,
 )
@@ -265,14 +269,16 @@ class _SyncReplies(grpc.RpcError, grpc.Call):  # type: ignore[misc]
     def details(self) -> str:
         return f"{self._code.name} here"
 
+    # grpc's blocking stream waits for these until they arrive: after a local cancel the
+    # debug string (and, before the first reply, the metadata) never does
     def initial_metadata(self) -> tuple[Any, ...]:
-        return ()
+        raise AssertionError("would wait forever")
 
     def trailing_metadata(self) -> tuple[Any, ...]:
-        return ()
+        raise AssertionError("would wait forever")
 
     def debug_error_string(self) -> str:
-        return ""
+        raise AssertionError("would wait forever")
 
     def is_active(self) -> bool:
         return False
@@ -330,3 +336,75 @@ def test_a_blocking_reply_stream_raises_the_named_error_of_each_code(
     ((_, kwargs),) = channel.seen
     assert kwargs["timeout"] is None
     assert any(key == "authorization" for key, _ in kwargs["metadata"])
+
+
+@pytest.mark.parametrize("replies_first", [1, 0], ids=["after-a-reply", "before-any-reply"])
+def test_a_blocking_reply_stream_cancelled_by_its_reader_ends_with_cancelled(
+    replies_first: int,
+) -> None:
+    """grpc's own blocking stream (an in-process server, no process): the event stream's
+    ``close()`` cancels the call from another thread; the reading thread must end with
+    ``RpcCancelled`` (translating must not wait for what a cancelled call never gets)."""
+    release = threading.Event()
+
+    def tail(request: jpb.JobLogRequest, context: grpc.ServicerContext) -> Any:
+        for _ in range(replies_first):
+            yield jpb.LogChunk(data=b"line\n")
+        release.wait(30)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "nbcluster.jobs.JobService",
+                {
+                    "TailJobLogs": grpc.unary_stream_rpc_method_handler(
+                        tail,
+                        request_deserializer=jpb.JobLogRequest.FromString,
+                        response_serializer=jpb.LogChunk.SerializeToString,
+                    )
+                },
+            ),
+        )
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    channel = make_sync_channel(address, "tok")
+    try:
+        call = SyncStub(jpb_grpc.JobServiceStub(channel), "tok", address).TailJobLogs(
+            jpb.JobLogRequest(submission_id="s"), timeout=None
+        )
+        got: list[Any] = []
+        ended: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                for chunk in call:
+                    got.append(chunk)
+            except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+                ended.append(err)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        if replies_first:
+            assert _until(lambda: len(got) == 1)
+        assert call.cancel() is True
+        reader.join(20)  # a generous deadline against a hang: the bug waits forever
+        assert not reader.is_alive(), "the reader still waits after its call was cancelled"
+        assert len(got) == replies_first
+        ((err,),) = [ended]
+        assert type(err) is errors.RpcCancelled
+        assert err.peer == address
+    finally:
+        release.set()
+        channel.close()
+        server.stop(0)
+
+
+def _until(predicate: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
