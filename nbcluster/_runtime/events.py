@@ -19,9 +19,10 @@ from typing import Any
 
 import grpc
 
+from nbcluster._runtime.protocol.errors import RpcCancelled, RpcFailure
 from nbcluster._runtime.protocol.protos import events_pb2 as epb
 from nbcluster._runtime.protocol.protos import events_pb2_grpc as epb_grpc
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_sync_channel
+from nbcluster._runtime.protocol.rpc import SyncStub, make_sync_channel
 
 __all__ = ["EventStream", "epb"]
 
@@ -104,7 +105,6 @@ class EventStream:
     # -- the thread ---------------------------------------------------------------------------
     def _run(self) -> None:
         backoff = _BACKOFF_START_S
-        md = auth_metadata(self._token)
         while not self._closed.is_set():
             channel = make_sync_channel(self.address, self._token)
             with self._lock:
@@ -114,7 +114,8 @@ class EventStream:
                 self._channel = channel
             got_any = False
             try:
-                call = epb_grpc.EventsStub(channel).Subscribe(self._request, metadata=md)
+                stub = SyncStub(epb_grpc.EventsStub(channel), self._token, self.address)
+                call = stub.Subscribe(self._request)
                 with self._lock:
                     self._call = call
                 if self._closed.is_set():
@@ -125,17 +126,17 @@ class EventStream:
                     self.ready.set()
                     self._deliver(self._on_batch, batch)
                 reason = "the head ended the stream"
-            except grpc.RpcError as err:
-                code = err.code()  # type: ignore[attr-defined]
-                if self._closed.is_set() or code == grpc.StatusCode.CANCELLED:
+            except RpcFailure as err:
+                code = err.code()
+                if self._closed.is_set() or isinstance(err, RpcCancelled):
                     return
                 if code in _FATAL:
-                    self.error = f"{code.name}: {err.details()}"  # type: ignore[attr-defined]
+                    self.error = f"{code.name}: {err.details()}"
                     self.ready.set()
                     if self._on_error is not None:
                         self._deliver(self._on_error, self.error)
                     return
-                reason = f"{code.name}: {err.details()}"  # type: ignore[attr-defined]
+                reason = f"{code.name}: {err.details()}"
             finally:
                 with self._lock:
                     self._call = None

@@ -20,7 +20,7 @@ import time
 import weakref
 from typing import Any
 
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 
 __all__ = ["RunningAttempts", "error_info", "record_crashed_attempt"]
@@ -134,5 +134,5 @@ async def _flush(client: Any, buf: _Buffer) -> None:
         events, buf.events = buf.events, []
         buf.scheduled = False
     if events:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await client.head().ReportTaskEvents(pb.TaskEventsRequest(events=events), timeout=10)

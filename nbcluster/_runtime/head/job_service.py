@@ -24,7 +24,7 @@ from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.jobs import logfiles
 from nbcluster._runtime.jobs.log_rpc import serve_log
 from nbcluster._runtime.jobs.state import BadJobRequest, DuplicateJob, NotTerminal, UnknownJob
-from nbcluster._runtime.protocol.errors import RpcError, RpcFailure
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
@@ -214,7 +214,7 @@ class JobServicer(jpb_grpc.JobServiceServicer):
             try:
                 async for chunk in self.agent(address).StreamLog(request):
                     yield chunk
-            except RpcError as err:
+            except RpcFailure as err:
                 await context.abort(err.code(), f"node {request.node_id}: {err.details()}")
             return
         async for chunk in serve_log(self.logs_dir, request, context):

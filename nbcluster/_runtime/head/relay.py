@@ -17,7 +17,8 @@ from typing import Any
 import grpc
 
 from nbcluster._runtime import proc
-from nbcluster._runtime.protocol.rpc import auth_metadata, make_channel
+from nbcluster._runtime.protocol.errors import RpcFailure
+from nbcluster._runtime.protocol.rpc import authed_call, make_channel
 
 METHOD = "/nbcluster.ClientProxy/Call"
 
@@ -71,9 +72,14 @@ class ClientRelay:
             )
             if self.channel is not None:
                 await self.channel.close()
-            self.channel = make_channel(text.strip(), self.token)
-            self.call = self.channel.unary_unary(
-                METHOD, request_serializer=None, response_deserializer=None
+            address = text.strip()
+            self.channel = make_channel(address, self.token)
+            self.call = authed_call(
+                self.channel.unary_unary(
+                    METHOD, request_serializer=None, response_deserializer=None
+                ),
+                self.token,
+                address,
             )
             return self.call
 
@@ -85,8 +91,8 @@ class ClientRelay:
                 grpc.StatusCode.UNAVAILABLE, f"the client proxy could not start: {e}"
             )
         try:
-            return await call(request, metadata=auth_metadata(self.token), timeout=None)
-        except grpc.aio.AioRpcError as err:
+            return await call(request, timeout=None)
+        except RpcFailure as err:
             await context.abort(err.code(), err.details() or "proxy call failed")
         return b""  # pragma: no cover
 

@@ -16,7 +16,16 @@ from typing import Any, TypeVar
 import grpc
 
 from nbcluster._runtime import exceptions as exc
-from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
+from nbcluster._runtime.protocol.errors import (
+    Peer,
+    RpcAlreadyExists,
+    RpcCancelled,
+    RpcFailedPrecondition,
+    RpcFailure,
+    RpcNotFound,
+    RpcResourceExhausted,
+    to_exception,
+)
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.protos import task_state_pb2 as tspb
@@ -59,29 +68,28 @@ class HeadJobsClient:
         except RpcFailure as err:
             raise self._translate(err, what) from None
 
-    def _translate(self, err: grpc.RpcError, what: str) -> Exception:
-        code = err.code()  # type: ignore[attr-defined]
-        details = err.details() or ""  # type: ignore[attr-defined]
-        if code == grpc.StatusCode.NOT_FOUND:
+    def _translate(self, err: RpcFailure, what: str) -> Exception:
+        details = err.details() or ""
+        if isinstance(err, RpcNotFound):
             return LookupError(details)
-        if code == grpc.StatusCode.ALREADY_EXISTS:
+        if isinstance(err, RpcAlreadyExists):
             return ValueError(details)
-        if code == grpc.StatusCode.FAILED_PRECONDITION:
+        if isinstance(err, RpcFailedPrecondition):
             return RuntimeError(details)
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not details.startswith("ObjectStoreFull"):
+        if isinstance(err, RpcResourceExhausted) and not details.startswith("ObjectStoreFull"):
             return ValueError(details)
-        if code == grpc.StatusCode.UNIMPLEMENTED:
+        if err.code() == grpc.StatusCode.UNIMPLEMENTED:
             return exc.NbclusterSystemError(
                 f"the head at {self.address} does not serve {what}: is it an older nbcluster?"
             )
-        return to_exception(err, Peer.HEAD, what)  # type: ignore[arg-type]
+        return to_exception(err, Peer.HEAD, what)
 
     def _stream(self, what: str, it: Any) -> Iterator[Any]:
         try:
             yield from it
-        except grpc.RpcError as err:
-            if err.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
-                return
+        except RpcCancelled:
+            return
+        except RpcFailure as err:
             raise self._translate(err, what) from None
         finally:
             with contextlib.suppress(Exception):

@@ -17,7 +17,6 @@ from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import (
     SyncStub,
-    auth_metadata,
     make_sync_channel,
     pb,
     pb_grpc,
@@ -32,7 +31,6 @@ class NodeClient:
     def __init__(self, address: str, token: str) -> None:
         self.address = address
         self._token = token
-        self._md = auth_metadata(token)
         self._channels: dict[str, grpc.Channel] = {}
 
     def _channel(self, address: str) -> grpc.Channel:
@@ -54,19 +52,18 @@ class NodeClient:
 
         Raises :class:`~nbcluster.exceptions.RuntimeEnvSetupError` when the setup fails.
         """
-        stub = jpb_grpc.NodeAgentStub(self._channel(self.address))
+        address = self.address
+        stub = SyncStub(jpb_grpc.NodeAgentStub(self._channel(address)), self._token, address)
         try:
-            for msg in stub.PrepareRuntimeEnv(
-                jpb.PrepareEnvRequest(runtime_env=runtime_env), metadata=self._md
-            ):
+            for msg in stub.PrepareRuntimeEnv(jpb.PrepareEnvRequest(runtime_env=runtime_env)):
                 if msg.done:
                     if msg.error:
                         raise exc.RuntimeEnvSetupError(msg.error)
                     return str(msg.worker_env)
                 if progress is not None:
                     progress(msg.phase, msg.text)
-        except grpc.RpcError as err:
-            raise to_exception(err, Peer.NODE, "PrepareRuntimeEnv") from None  # type: ignore[arg-type]
+        except RpcFailure as err:
+            raise to_exception(err, Peer.NODE, "PrepareRuntimeEnv") from None
         raise exc.RuntimeEnvSetupError("the node manager ended the setup without an answer")
 
     def hold_lease(self, resources: Mapping[str, float], owner: str) -> tuple[str, bytes]:

@@ -17,7 +17,7 @@ import grpc
 
 from nbcluster._runtime.jobs import logfiles
 from nbcluster._runtime.jobs.log_rpc import serve_log
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import jobs_pb2 as jpb
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, make_channel
@@ -78,7 +78,7 @@ def make_agent(head_address: str, token: str, temp_dir: str) -> RuntimeEnvAgent:
                 ):
                     await asyncio.to_thread(f.write, chunk.data)
                     received += len(chunk.data)
-            except RpcError as err:
+            except RpcFailure as err:
                 raise SetupFailed(
                     f"downloading {uri} from the head failed: {err.details()}"
                 ) from None

@@ -29,7 +29,7 @@ from nbcluster._runtime.objects import transfer
 from nbcluster._runtime.objects.pool import WarmPool
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol import tls
-from nbcluster._runtime.protocol.errors import RpcError, RpcFailure
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import transfer_pb2, transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb
 
@@ -328,7 +328,7 @@ class NodeObjects:
         where = request.from_address
         try:
             return await asyncio.shield(pending)
-        except RpcError as err:
+        except RpcFailure as err:
             await context.abort(err.code(), f"fetching from {where}: {err.details()}")
         except transfer.SourceGone as err:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"fetching from {where}: {err}")

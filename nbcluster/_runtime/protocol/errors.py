@@ -1,10 +1,11 @@
 """Translate gRPC transport errors into ``nbcluster.exceptions`` — here and nowhere else.
 
-The stubs (``rpc.AuthedStub``) raise a failed asyncio unary call as the
+The stubs (``rpc.AuthedStub``, ``rpc.SyncStub``) raise a failed call as the
 :class:`RpcFailure` of its code (:class:`RpcUnavailable`, :class:`RpcNotFound`, ...,
-carrying the peer's address); callers catch those named errors, never
-``grpc.aio.AioRpcError``, and turn one into the public exception a user sees with
-:func:`to_exception` (or ``async with translate(Peer.HEAD, "GetNodes"):``).
+carrying the peer's address): a unary call when it returns, a stream while it is read,
+written or iterated (``protocol/streams.py``). Callers catch those named errors, never
+``grpc.aio.AioRpcError`` or ``grpc.RpcError``, and turn one into the public exception a
+user sees with :func:`to_exception` (or ``async with translate(Peer.HEAD, "GetNodes"):``).
 """
 
 from __future__ import annotations
@@ -253,6 +254,11 @@ def translated(err: grpc.aio.AioRpcError | grpc.Call, peer: str = "") -> RpcFail
     if isinstance(err, RpcFailure):
         return err
     code = err.code()
+    if not isinstance(err, grpc.aio.AioRpcError):
+        # A blocking call keeps the code and details only: a blocking stream cancelled by
+        # its reader never gets a debug string (nor, before its first reply, metadata),
+        # and asking a blocking stream for them waits forever.
+        return _BY_CODE.get(code, RpcFailure)(code, err.details(), peer)
     return _BY_CODE.get(code, RpcFailure)(
         code,
         err.details(),

@@ -23,6 +23,7 @@ import grpc.aio
 from nbcluster._runtime.protocol import errors, faults, tls
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 from nbcluster._runtime.protocol.protos import nbcluster_pb2_grpc as pb_grpc
+from nbcluster._runtime.protocol.streams import TranslatingCall, TranslatingReplies
 
 __all__ = [
     "Channels",
@@ -33,6 +34,7 @@ __all__ = [
     "SyncStub",
     "TokenAuthInterceptor",
     "auth_metadata",
+    "authed_call",
     "bind",
     "is_loopback",
     "make_channel",
@@ -268,7 +270,10 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
 class AuthedStub:
     """A generated stub whose calls all carry the token metadata.
 
-    ``AuthedStub(pb_grpc.HeadStub(channel), token).GetNodes(req, timeout=5)``.
+    ``AuthedStub(pb_grpc.HeadStub(channel), token).GetNodes(req, timeout=5)``. A failed
+    call raises the :class:`errors.RpcFailure` of its status code (carrying ``peer``): a
+    unary call when awaited, a streaming call (:class:`streams.TranslatingCall`) when it
+    is read, written, iterated or awaited.
     Attribute lookups are cached so the per-call cost is one dict hit.
     """
 
@@ -278,20 +283,42 @@ class AuthedStub:
         self._peer = peer
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._stub, name)
-        md = self._md
-
-        def call(request: Any = None, **kwargs: Any) -> Any:
-            extra = kwargs.pop("metadata", None)
-            meta = md + tuple(extra) if extra else md
-            if request is None:
-                return method(metadata=meta, **kwargs)
-            return method(request, metadata=meta, **kwargs)
-
-        if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
-            call = _translating(call, self._peer)
+        call = _authed(getattr(self._stub, name), self._md, self._peer)
         self.__dict__[name] = call
         return call
+
+
+def authed_call(method: Any, token: str, peer: str = "") -> Callable[..., Any]:
+    """One method of an asyncio channel without a generated stub (``channel.unary_unary(
+    path, ...)``) as :class:`AuthedStub` gives it: carrying the token, failing with the
+    :class:`errors.RpcFailure` of the status code."""
+    return _authed(method, auth_metadata(token), peer)
+
+
+def _authed(method: Any, md: tuple[tuple[str, str], ...], peer: str) -> Callable[..., Any]:
+    def call(request: Any = None, **kwargs: Any) -> Any:
+        extra = kwargs.pop("metadata", None)
+        meta = md + tuple(extra) if extra else md
+        if request is None:
+            return method(metadata=meta, **kwargs)
+        return method(request, metadata=meta, **kwargs)
+
+    if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
+        return _translating(call, peer)
+    if isinstance(
+        method,
+        (
+            grpc.aio.UnaryStreamMultiCallable,
+            grpc.aio.StreamStreamMultiCallable,
+            grpc.aio.StreamUnaryMultiCallable,
+        ),
+    ):
+
+        def stream(request: Any = None, **kwargs: Any) -> TranslatingCall:
+            return TranslatingCall(call(request, **kwargs), peer)
+
+        return stream
+    return call
 
 
 def _translating(call: Callable[..., Any], peer: str) -> Callable[..., Any]:
@@ -310,8 +337,7 @@ class SyncStub:
     """A generated stub on a blocking channel (:func:`make_sync_channel`) whose calls carry
     the token. A call with one reply (unary or client-streaming) raises a failure as the
     :class:`errors.RpcFailure` of its code, as :class:`AuthedStub`'s asyncio calls do; a
-    call that streams its replies is the channel's own (iterate it, cancel it) and raises
-    grpc's error while it is read.
+    call that streams its replies (iterate it, cancel it) raises it while it is read.
 
     ``SyncStub(pb_grpc.HeadStub(make_sync_channel(address, token)), token, address)``.
     """
@@ -326,8 +352,8 @@ class SyncStub:
         md, peer = self._md, self._peer
         if not isinstance(method, (grpc.UnaryUnaryMultiCallable, grpc.StreamUnaryMultiCallable)):
 
-            def stream(request: Any, **kwargs: Any) -> Any:
-                return method(request, metadata=md, **kwargs)
+            def stream(request: Any, **kwargs: Any) -> TranslatingReplies:
+                return TranslatingReplies(method(request, metadata=md, **kwargs), peer)
 
             self.__dict__[name] = stream
             return stream

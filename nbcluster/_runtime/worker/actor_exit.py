@@ -18,7 +18,6 @@ import sys
 import time
 
 from nbcluster._runtime import exceptions as exc
-from nbcluster._runtime.protocol.errors import RpcError
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import serialize
 from nbcluster._runtime.worker.executor_view import CallRunner, ExecutorView, ExitRequest
@@ -103,7 +102,7 @@ def finish(
     time.sleep(0.1)  # the last batch leaves the gRPC stream
     if req.intended:  # the head records the end (no restart) and leaves the process to us
         client = executor.client
-        with contextlib.suppress(RpcError, Exception):
+        with contextlib.suppress(Exception):
             client.run(
                 lambda: client.head().KillActor(
                     pb.KillActorRequest(

@@ -29,7 +29,7 @@ from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.driver import CoreDriver
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
@@ -657,7 +657,7 @@ async def _flush_events(client: CoreClient, executor: Executor) -> None:
             if len(executor.live):  # issue 17: attempts still running now are RUNNING
                 events[:0] = executor.live.due(client.node_id, client.worker_id, os.getpid())
         if events:
-            with contextlib.suppress(RpcError):
+            with contextlib.suppress(RpcFailure):
                 await client.head().ReportTaskEvents(
                     pb.TaskEventsRequest(events=[_task_event(client, ev) for ev in events]),
                     timeout=10,

@@ -22,7 +22,7 @@ from nbcluster._runtime.core.channel import ChannelServer
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.protocol import faults, tls
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.worker.owner_stream import OwnerStream
 
@@ -160,7 +160,7 @@ class WorkerService(CoreWorkerService):
                 asyncio.get_running_loop().create_task(self._return_lease(bytes.fromhex(lease_hex)))
 
     async def _return_lease(self, lease_id: bytes) -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.client.node().ReturnWorkerLease(
                 pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10
             )
