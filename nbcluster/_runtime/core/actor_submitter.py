@@ -38,7 +38,13 @@ from nbcluster._runtime.core.actor_state import (
     ActorConn,
 )
 from nbcluster._runtime.core.channel import batch_frame
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import (
+    Peer,
+    RpcFailure,
+    RpcNotFound,
+    RpcUnavailable,
+    to_exception,
+)
 from nbcluster._runtime.protocol.rpc import pb
 
 if TYPE_CHECKING:
@@ -237,12 +243,12 @@ class ActorSubmitter:
                         ),
                         timeout=630,
                     )
-                except RpcError as err:
+                except RpcFailure as err:
                     failures += 1
-                    if err.code().name == "NOT_FOUND":
+                    if isinstance(err, RpcNotFound):
                         self._event(self.state.actor_unknown, conn)
                         return
-                    if err.code().name == "UNAVAILABLE" and not self.closed:
+                    if isinstance(err, RpcUnavailable) and not self.closed:
                         # head() retried for the grace period: calls waiting for the head
                         # to place the actor fail (F11b)
                         error = to_exception(err, Peer.HEAD, "WaitActor")
@@ -266,7 +272,7 @@ class ActorSubmitter:
     async def _open(self, conn: ActorConn, address: str, stream: int) -> None:
         try:
             call = await self.client.submitter.streams.open(address)
-        except (TimeoutError, RpcError, OSError) as err:
+        except (TimeoutError, RpcFailure, OSError) as err:
             log.debug("could not open a stream to actor at %s: %r", address, err)
             self._event(self.state.open_failed, conn, stream)
             return
@@ -303,7 +309,7 @@ class ActorSubmitter:
                 if info.version != version or info.state != ALIVE or not info.address:
                     continue  # news on its way to _watch
                 await self.client.core(info.address).Ping(pb.Empty(), timeout=2)
-            except RpcError:
+            except RpcFailure:
                 continue
             self._event(self.state.reconnect, conn, version, info.address)
             return
@@ -380,7 +386,7 @@ class ActorSubmitter:
                 if batch is None or not hasattr(batch, "replies"):
                     break
                 self._replies(conn, stream, batch)
-        except (RpcError, asyncio.CancelledError, Exception) as err:  # noqa: BLE001
+        except (asyncio.CancelledError, Exception) as err:  # noqa: BLE001
             log.debug("actor stream ended: %r", err)
         self._stream_ended(conn, call, stream)
 
@@ -422,7 +428,7 @@ class ActorSubmitter:
         self.client.loop.create_task(self._cancel_remote(i.address, i.task_id))
 
     async def _cancel_remote(self, address: str, task_id: bytes) -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.client.core(address).CancelTask(
                 pb.CancelTaskRequest(task_id=task_id), timeout=10
             )
@@ -431,7 +437,7 @@ class ActorSubmitter:
         self.client.loop.create_task(self._kill(i.actor_id, "out_of_scope"))
 
     async def _kill(self, actor_id: bytes, kind: str) -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.client.head().KillActor(
                 pb.KillActorRequest(
                     actor_id=actor_id,

@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nbcluster._runtime.protocol import tls
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
 
 __all__ = [
@@ -463,7 +463,7 @@ class StreamOpener:
             try:
                 reply = await self.client.core(worker_address).TaskChannel(pb.Empty(), timeout=10)
                 address = reply.address
-            except RpcError as err:
+            except RpcFailure as err:
                 if err.code().name != "UNIMPLEMENTED":
                     raise
                 address = ""  # an older worker: gRPC streams

@@ -34,7 +34,7 @@ from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, Release
 from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.core.records import FAST_TASK_S, KeyQueue, Lease, TaskRecord
-from nbcluster._runtime.protocol.errors import RpcError
+from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.task_events import record_crashed_attempt
 
@@ -199,7 +199,7 @@ class Submitter:
             while lease.outbox and not lease.dead:
                 batch, lease.outbox = lease.outbox, []
                 await lease.call.write(pb.TaskBatch(tasks=batch))
-        except (RpcError, asyncio.InvalidStateError, Exception) as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - the reader sees the same failure
             log.debug("write to worker failed: %r", err)
             self._do(self.state.stream_broken(lease))
         finally:
@@ -222,7 +222,7 @@ class Submitter:
                     runtime_env=kq.runtime_env,
                 )
             )
-        except RpcError as err:
+        except RpcFailure as err:
             if not self.closed:
                 log.warning("lease request to %s failed: %s", address, err.code().name)
             self._do(self.state.lease_request_failed(kq, rid))
@@ -286,7 +286,7 @@ class Submitter:
                 addresses = [addrs[index]] if index >= 0 else sorted(set(addrs))
                 # "Any bundle" may be redirected: only the group's nodes have its resources.
                 spill = index < 0
-        except RpcError as err:
+        except RpcFailure as err:
             log.warning("could not route a lease request: %s", err.code().name)
             self._do(self.state.route_unreachable(kq, rid))
             return
@@ -296,7 +296,7 @@ class Submitter:
         self.client.loop.create_task(self._cancel_request(i.address, i.request_id))
 
     async def _cancel_request(self, address: str, rid: bytes) -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.client.node(address).CancelWorkerLease(
                 pb.CancelLeaseRequest(request_id=rid), timeout=5
             )
@@ -307,7 +307,7 @@ class Submitter:
     async def _open_stream(self, lease: Lease) -> None:
         try:
             call = await self.streams.open(lease.worker_address, lease.lease_id.hex())
-        except (TimeoutError, RpcError, OSError) as err:
+        except (TimeoutError, RpcFailure, OSError) as err:
             log.debug("could not open a stream to worker %s: %r", lease.worker_address, err)
             self._do(self.state.stream_open_failed(lease))
             return
@@ -329,7 +329,7 @@ class Submitter:
                     self._on_log(record)
                 if batch.replies:
                     self._do(self.state.replies(lease, batch.replies))
-        except (RpcError, asyncio.CancelledError, Exception) as err:  # noqa: BLE001
+        except (asyncio.CancelledError, Exception) as err:  # noqa: BLE001
             log.debug("stream from worker ended: %r", err)
         if not lease.returned:
             self._do(self.state.stream_broken(lease))
@@ -355,7 +355,7 @@ class Submitter:
         self.client.loop.create_task(self._return_lease_rpc(i.address, i.lease_id, False))
 
     async def _return_lease_rpc(self, address: str, lease_id: bytes, failed: bool) -> None:
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await self.client.node(address).ReturnWorkerLease(
                 pb.ReturnLeaseRequest(lease_id=lease_id, worker_failed=failed), timeout=10
             )
@@ -405,7 +405,7 @@ class Submitter:
                 )
                 if info.found and info.detail:
                     detail = info.detail
-        except RpcError:
+        except RpcFailure:
             node_dead = True  # its node cannot say why: it died (Ray's NODE_DIED)
         if node_dead:
             detail = f"node {lease.node_address} died or cannot be reached"
@@ -423,12 +423,12 @@ class Submitter:
     async def _cancel_remote(self, lease: Lease, task_id: bytes, force: bool) -> None:
         client = self.client
         if force:
-            with contextlib.suppress(RpcError):
+            with contextlib.suppress(RpcFailure):
                 await client.node(lease.node_address).KillWorker(
                     pb.WorkerRef(worker_id=lease.worker_id, force=True), timeout=5
                 )
             return
-        with contextlib.suppress(RpcError):
+        with contextlib.suppress(RpcFailure):
             await client.core(lease.worker_address).CancelTask(
                 pb.CancelTaskRequest(task_id=task_id), timeout=5
             )
@@ -659,7 +659,7 @@ class Submitter:
                     reply = await client.head().GetNodes(
                         pb.GetNodesRequest(include_dead=True), timeout=10
                     )
-                except RpcError:
+                except RpcFailure:
                     continue
                 for n in reply.nodes:
                     if not n.alive and n.node_id not in self.dead_nodes:
