@@ -88,6 +88,7 @@ __all__ = [
     "free_pool_bytes",
     "object_path",
     "pool_file_sizes",
+    "populate",
     "promote_waiting",
     "read_object",
     "restore_object",
@@ -119,6 +120,9 @@ _LEASES = hasattr(fcntl, "F_SETLEASE")
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14
+#: Largest mapped argument whose pages a worker maps in at once (see ``populate``).
+POPULATE_MAX = 1 << 30
 _NUMPY_COPY_MIN = 256 << 10
 _PARALLEL_COPY_MIN = 16 << 20
 #: Threads that copy one large piece of a put (1 turns the parallel copy off).
@@ -217,6 +221,22 @@ def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
     finally:
         os.close(fd)
     return memoryview(mapping)
+
+
+def populate(view: memoryview) -> None:
+    """Map in every page of a read-only mapping from :func:`read_object`, in one call.
+
+    A task that reads its large argument would otherwise fault its pages in one by one
+    (16 pages per read fault on tmpfs): ``MADV_POPULATE_READ`` does the same work in the
+    kernel in about half the time (100 MiB: 2 ms against 3-5 ms). Objects larger than
+    ``POPULATE_MAX`` are left to fault (a task may read only part of one). No-op on
+    kernels before 5.14 and for views that are not a whole mapping.
+    """
+    mapping = view.obj
+    if not isinstance(mapping, mmap.mmap) or not 0 < view.nbytes <= POPULATE_MAX:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        mapping.madvise(_MADV_POPULATE_READ)
 
 
 class MappedObjects:
@@ -566,7 +586,28 @@ def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
                 mapping[pos : pos + n] = chunk
             pos += n
         del dest
-    finally:
+    except BaseException:
+        mapping.close()
+        raise
+    _close_later(mapping)
+
+
+def _close_later(mapping: mmap.mmap) -> None:
+    """Unmap a written mapping in the copy thread, off the writer's critical path.
+
+    Tearing down a populated 100 MiB mapping costs about 2-3 ms (25,600 page-table
+    entries); the bytes are in the file already (a shared mapping of tmpfs), so the object
+    may be sealed and read meanwhile. A mapping still alive when the object is freed only
+    makes the recycling check see the file as busy for that long (see "Recycling").
+    """
+    if copy_threads < 2 or _cpus() < 2:
+        mapping.close()
+        return
+    _copy_pool().submit(_close_quiet, mapping)
+
+
+def _close_quiet(mapping: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError):  # a view still exported: unmapped when collected
         mapping.close()
 
 

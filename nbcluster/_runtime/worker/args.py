@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbcluster._runtime.core.args import ArgPlaceholder
-from nbcluster._runtime.objects.store import MappedObjects
+from nbcluster._runtime.objects.store import MappedObjects, populate
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 
@@ -45,6 +45,7 @@ def resolve_task_args(
             buf = mapped.get(loc.object_id)
             if buf is None:
                 buf = map_location(loc)
+                populate(buf)  # one call instead of a page fault per 64 KiB read
                 mapped.keep(loc.object_id, buf)
             values.append(deserialize(buf))
         else:
