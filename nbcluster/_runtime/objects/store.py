@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nbcluster._runtime.objects.dirs import free_bytes
+from nbcluster._runtime.objects.kept_maps import KeptMap, kept_maps, lease_state
 
 if TYPE_CHECKING:
     from nbcluster._runtime.serialization import SerializedValue
@@ -167,6 +168,14 @@ def write_object(
     size = value.total_size
     chunks = value.chunks()
     tmp = _temp_path(store_dir, object_id)
+    if size >= MAPPED_WRITE_MIN:
+        busy = [path for _, path in _pool_files(store_dir, _BUSY_PREFIX)]
+        kept, released = kept_maps.claim(busy, size, tmp)
+        if kept is not None:
+            return _write_kept(kept, tmp, final, chunks, reserve)
+        if released:
+            promote_waiting(store_dir)  # (the files were busy only for our own mapping)
+    mapping: mmap.mmap | None = None
     fd, allocated = _open_new(store_dir, tmp, size)
     try:
         if not allocated and reserve is not None and size >= RECYCLE_MIN_SIZE:
@@ -181,7 +190,7 @@ def write_object(
                 _unlink_quiet(tmp)
                 fd, allocated = _open_new(store_dir, tmp, size)
         if allocated and size >= MAPPED_WRITE_MIN:
-            _write_mapped(fd, size, chunks)
+            mapping = _write_mapped(fd, size, chunks)
         else:
             if reserve is not None:
                 reserve()
@@ -194,14 +203,50 @@ def write_object(
                 _pwritev_all(fd, chunks)
         if reserve is not None:
             reserve()
+        _seal(tmp, final)
     except BaseException:
+        if mapping is not None:
+            _close_quiet(mapping)
         if fd >= 0:
             os.close(fd)
         _unlink_quiet(tmp)
         raise
-    os.close(fd)
-    _seal(tmp, final)
+    if mapping is None:
+        os.close(fd)
+    else:  # keep the populated mapping for this process's next write into the same file
+        st = os.fstat(fd)
+        _keep(KeptMap(fd, mapping, size, st.st_dev, st.st_ino))
     return size
+
+
+def _write_kept(
+    kept: KeptMap,
+    tmp: str,
+    final: str,
+    chunks: list[bytes | memoryview],
+    reserve: Callable[[], None] | None,
+) -> int:
+    """Write into a kept file (claimed and renamed to ``tmp``) through its kept mapping."""
+    try:
+        _copy_chunks(kept.mapping, kept.length, chunks)
+        if reserve is not None:
+            reserve()
+        _seal(tmp, final)
+    except BaseException:
+        _unlink_quiet(tmp)
+        kept.close()
+        raise
+    kept_maps.reused += 1
+    _keep(kept)
+    return kept.length
+
+
+def _keep(kept: KeptMap) -> None:
+    for old in kept_maps.keep(kept):
+        if copy_threads < 2 or _cpus() < 2:
+            old.close()
+        else:
+            _copy_pool().submit(old.close)
 
 
 def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
@@ -430,7 +475,7 @@ def promote_waiting(store_dir: str) -> int:
         except FileNotFoundError:
             continue
         try:
-            if _lease_state(fd) == "free":
+            if lease_state(fd) == "free":
                 unique = os.path.basename(path).split("-", 2)[2]
                 os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
                 promoted += size
@@ -481,7 +526,7 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
             os.rename(path, checking)  # from here on nobody can open it by its object name
         except FileNotFoundError:
             return 0
-        state = _lease_state(fd)
+        state = lease_state(fd)
         if state == "free":
             os.rename(checking, os.path.join(free_dir, f"{size}-{unique}"))
         elif state == "busy":  # still mapped: wait (hidden) until promote_waiting sees it free
@@ -491,17 +536,6 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
         return size
     finally:
         os.close(fd)
-
-
-def _lease_state(fd: int) -> str:
-    """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
-    ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-    except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
-        return "busy" if err.errno in (errno.EAGAIN, errno.EBUSY) else "unknown"
-    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-    return "free"
 
 
 def _claim_recycled(store_dir: str, size: int, tmp: str) -> int:
@@ -564,8 +598,9 @@ def _seal(tmp: str, final: str) -> None:
     os.unlink(tmp)
 
 
-def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
-    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping.
+def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> mmap.mmap:
+    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping;
+    return the mapping (the caller keeps it for its next write, or closes it).
 
     Only for files whose pages are all allocated (a recycled file): ``MAP_POPULATE`` maps
     them in one call, so the copy runs without page faults at memcpy speed, and large
@@ -576,34 +611,25 @@ def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
         fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
     )
     try:
-        dest = np.frombuffer(mapping, dtype=np.uint8)
-        pos = 0
-        for chunk in chunks:
-            n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
-            if n >= _NUMPY_COPY_MIN:
-                _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
-            elif n:
-                mapping[pos : pos + n] = chunk
-            pos += n
-        del dest
+        _copy_chunks(mapping, size, chunks)
     except BaseException:
-        mapping.close()
+        _close_quiet(mapping)
         raise
-    _close_later(mapping)
+    return mapping
 
 
-def _close_later(mapping: mmap.mmap) -> None:
-    """Unmap a written mapping in the copy thread, off the writer's critical path.
-
-    Tearing down a populated 100 MiB mapping costs about 2-3 ms (25,600 page-table
-    entries); the bytes are in the file already (a shared mapping of tmpfs), so the object
-    may be sealed and read meanwhile. A mapping still alive when the object is freed only
-    makes the recycling check see the file as busy for that long (see "Recycling").
-    """
-    if copy_threads < 2 or _cpus() < 2:
-        mapping.close()
-        return
-    _copy_pool().submit(_close_quiet, mapping)
+def _copy_chunks(mapping: mmap.mmap, size: int, chunks: list[bytes | memoryview]) -> None:
+    """Copy ``chunks`` back to back into the first ``size`` bytes of ``mapping``."""
+    dest = np.frombuffer(mapping, dtype=np.uint8, count=size)
+    pos = 0
+    for chunk in chunks:
+        n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+        if n >= _NUMPY_COPY_MIN:
+            _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
+        elif n:
+            dest[pos : pos + n] = np.frombuffer(chunk, dtype=np.uint8)
+        pos += n
+    del dest
 
 
 def _close_quiet(mapping: mmap.mmap) -> None:
