@@ -46,7 +46,7 @@ __all__ = ["KeptMap", "KeptMaps", "LINGER_S", "fits", "kept_maps", "lease_state"
 #: How long a kept mapping outlives the last large write of its process.
 LINGER_S = 1.0
 #: Most files one process keeps mapped.
-MAX_FILES = 2
+MAX_FILES = 3
 _MiB = 1 << 20
 _LEASES = hasattr(fcntl, "F_SETLEASE")
 

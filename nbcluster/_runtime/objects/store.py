@@ -16,8 +16,8 @@ instead of replacing an object someone may have mapped.
 after the file is deleted, spilled or replaced (Linux keeps the pages while they are
 mapped), so readers need no pin. ``deserialize(read_object(...))`` gives numpy arrays that
 are read-only views of that mapping. A worker keeps the mappings of large task arguments
-while more tasks are queued (:class:`MappedObjects`), so tasks sharing an argument fault
-its pages in once.
+while more tasks are queued (``objects.mapped``), so tasks sharing an argument fault
+its pages in once, and maps a new one in with one ``MADV_POPULATE_READ``.
 
 **Writing, measured** (100 MiB numpy array into tmpfs ``/dev/shm``, 2-vCPU VM, kernel
 6.18, Python 3.11; numpy ``copyto`` into a warm array of the same size measured 7-13 GB/s
@@ -31,6 +31,7 @@ method                                                        % memcpy
 ``os.pwritev`` into a recycled file (pages already allocated) 55 - 65
 ``MAP_POPULATE`` mapping + copy into a recycled file          75 - 80
 the same, copied by two threads (two cores)                   110 - 125
+the same into the writer's kept mapping (no populate, no unmap) 150 - 200
 ============================================================  ===========
 
 The copy itself is cheap; what costs is the kernel allocating, zeroing and accounting a
@@ -52,11 +53,18 @@ its readers gone. The node manager also fills the pool ahead of demand
 (:func:`allocate_pool_files`, sized by ``objects.pool.WarmPool``), in a low-priority
 thread. Pool files still occupy the tmpfs: size the directory for ``capacity +
 recycle_limit``; writes empty the pool and retry once when the disk is full.
+
+**Kept mappings.** Mapping a 100 MiB file in (``MAP_POPULATE``) and out again costs a
+writer 5-8 ms, about as much as the copy. So a process keeps the populated mapping of
+each pooled file it wrote (``objects.kept_maps``); once the object in it is freed (its
+file waits in ``.free/`` as ``.busy-``: the writer's own descriptor counts), and a write
+lease on the kept descriptor shows nobody else has it open or mapped, the writer claims
+it by renaming it and writes its next object of a fitting size through the same mapping.
+A file that another process still views is never rewritten, as in recycling.
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import errno
@@ -66,7 +74,6 @@ import itertools
 import mmap
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -74,6 +81,7 @@ import numpy as np
 
 from nbcluster._runtime.objects.dirs import free_bytes
 from nbcluster._runtime.objects.kept_maps import KeptMap, kept_maps, lease_state
+from nbcluster._runtime.objects.mapped import MAPPED_LINGER_S, MappedObjects, populate
 
 if TYPE_CHECKING:
     from nbcluster._runtime.serialization import SerializedValue
@@ -101,8 +109,6 @@ __all__ = [
 
 #: Smallest recycled file written through a mapping instead of ``pwritev``.
 MAPPED_WRITE_MIN = 1 << 20
-#: How long a worker keeps mapped arguments after its queue runs empty (see MappedObjects).
-MAPPED_LINGER_S = 0.02
 #: Smallest object file worth keeping for reuse.
 RECYCLE_MIN_SIZE = 1 << 20
 #: Subdirectory of a store directory holding freed files kept for reuse.
@@ -121,9 +127,6 @@ _LEASES = hasattr(fcntl, "F_SETLEASE")
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14
-#: Largest mapped argument whose pages a worker maps in at once (see ``populate``).
-POPULATE_MAX = 1 << 30
 _NUMPY_COPY_MIN = 256 << 10
 _PARALLEL_COPY_MIN = 16 << 20
 #: Threads that copy one large piece of a put (1 turns the parallel copy off).
@@ -266,76 +269,6 @@ def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
     finally:
         os.close(fd)
     return memoryview(mapping)
-
-
-def populate(view: memoryview) -> None:
-    """Map in every page of a read-only mapping from :func:`read_object`, in one call.
-
-    A task that reads its large argument would otherwise fault its pages in one by one
-    (16 pages per read fault on tmpfs): ``MADV_POPULATE_READ`` does the same work in the
-    kernel in about half the time (100 MiB: 2 ms against 3-5 ms). Objects larger than
-    ``POPULATE_MAX`` are left to fault (a task may read only part of one). No-op on
-    kernels before 5.14 and for views that are not a whole mapping.
-    """
-    mapping = view.obj
-    if not isinstance(mapping, mmap.mmap) or not 0 < view.nbytes <= POPULATE_MAX:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        mapping.madvise(_MADV_POPULATE_READ)
-
-
-class MappedObjects:
-    """Mappings of stored objects a worker keeps between the tasks queued on it.
-
-    Every task that takes a large stored argument would otherwise map it anew and fault
-    in each of its pages again (about 3 ms per 100 MiB); queued tasks often share an
-    argument (``put`` once, many tasks). Objects are immutable and a mapping stays valid
-    after the object is freed, so a kept mapping is always right; what it costs is
-    memory: a freed object's pages live (and its file cannot be recycled) until its
-    mappings are gone. So the worker calls :meth:`clear` when its queue has been empty for
-    ``MAPPED_LINGER_S`` (one timed wait, not a poll), and at most ``max_bytes`` stay
-    mapped (least recently used first out).
-    """
-
-    def __init__(self, max_bytes: int = 2 << 30, max_count: int = 16) -> None:
-        self.max_bytes = max_bytes
-        self.max_count = max_count
-        self._views: collections.OrderedDict[bytes, memoryview] = collections.OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0  #: lookups that found a kept mapping
-
-    def get(self, object_id: bytes) -> memoryview | None:
-        """The kept mapping of ``object_id``, if any."""
-        with self._lock:
-            view = self._views.get(object_id)
-            if view is not None:
-                self._views.move_to_end(object_id)
-                self.hits += 1
-            return view
-
-    def keep(self, object_id: bytes, view: memoryview) -> None:
-        """Keep ``view`` (a mapping from :func:`read_object`) for the next tasks."""
-        if view.nbytes > self.max_bytes:
-            return
-        with self._lock:
-            old = self._views.pop(object_id, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._views[object_id] = view
-            self._bytes += view.nbytes
-            while self._bytes > self.max_bytes or len(self._views) > self.max_count:
-                _, dropped = self._views.popitem(last=False)
-                self._bytes -= dropped.nbytes
-
-    def clear(self) -> None:
-        """Forget every kept mapping (those no value still uses are unmapped)."""
-        with self._lock:
-            self._views.clear()
-            self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._views)
 
 
 def delete_object(store_dir: str, object_id: bytes, *, recycle_limit: int = 0) -> int:
