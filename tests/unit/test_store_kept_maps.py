@@ -6,7 +6,10 @@ import gc
 import mmap
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import textwrap
 import time
 
 import numpy as np
@@ -135,3 +138,27 @@ def test_a_trimmed_file_is_dropped_and_kept_maps_expire(shm_dir) -> None:
     while len(maps) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(maps) == 0  # an idle process holds no kept mapping
+
+
+def test_a_broken_lease_does_not_kill_its_holder(shm_dir) -> None:
+    # The lease checks (the node's recycling and a writer's claim) hold a write lease for
+    # microseconds; an open of the file then would signal the holder SIGIO, which ends a
+    # process by default. The holder asks for SIGURG (ignored) instead, and survives.
+    path = os.path.join(shm_dir, "f")
+    with open(path, "w") as f:
+        f.write("x")
+    holder = textwrap.dedent(
+        f"""
+        import fcntl, os, subprocess, sys, time
+        from nbcluster._runtime.objects.kept_maps import quiet_lease_breaks
+        fd = os.open({path!r}, os.O_RDWR)
+        quiet_lease_breaks(fd)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        opener = subprocess.Popen([sys.executable, "-c", "open({path!r}).read()"])
+        time.sleep(0.3)  # the opener waits for the lease: it is broken meanwhile
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        sys.exit(opener.wait(timeout=60))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", holder], timeout=120, capture_output=True)
+    assert result.returncode == 0, (result.returncode, result.stderr.decode()[-2000:])

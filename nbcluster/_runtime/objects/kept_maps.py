@@ -37,11 +37,20 @@ import errno
 import fcntl
 import mmap
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["KeptMap", "KeptMaps", "LINGER_S", "fits", "kept_maps", "lease_state"]
+__all__ = [
+    "KeptMap",
+    "KeptMaps",
+    "LINGER_S",
+    "fits",
+    "kept_maps",
+    "lease_state",
+    "quiet_lease_breaks",
+]
 
 #: How long a kept mapping outlives the last large write of its process.
 LINGER_S = 1.0
@@ -80,9 +89,20 @@ class KeptMap:
             os.close(self.fd)
 
 
+def quiet_lease_breaks(fd: int) -> None:
+    """Have a lease on ``fd`` broken with ``SIGURG`` (ignored by default), not ``SIGIO``.
+
+    Were a lease broken (another open of the file in the microseconds it is held),
+    Linux would signal its holder ``SIGIO``, whose default action ends the process.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+
+
 def lease_state(fd: int) -> str:
     """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
     ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
+    quiet_lease_breaks(fd)
     try:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
     except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
