@@ -476,7 +476,7 @@ def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
 
 
 def test_mapped_objects_keeps_recent_mappings_within_limits() -> None:
-    kept = store.MappedObjects(max_bytes=10, max_count=3)
+    kept = store.MappedObjects(max_bytes=10, max_count=3, linger_s=1e9)
     views = {n: memoryview(bytearray(4)) for n in range(5)}
     assert kept.get(b"a") is None and kept.hits == 0
     kept.keep(b"a", views[0])
@@ -490,10 +490,23 @@ def test_mapped_objects_keeps_recent_mappings_within_limits() -> None:
     assert kept.get(b"a") is views[3] and len(kept) == 2
     kept.clear()
     assert len(kept) == 0 and kept.get(b"a") is None
-    counted = store.MappedObjects(max_bytes=100, max_count=2)
+    counted = store.MappedObjects(max_bytes=100, max_count=2, linger_s=1e9)
     for name in (b"x", b"y", b"z"):
         counted.keep(name, views[4])
     assert counted.get(b"x") is None and len(counted) == 2
+
+
+def test_mapped_objects_drops_a_mapping_no_task_used_for_its_linger() -> None:
+    # put once + tasks, again and again: the worker must not hold the previous rounds'
+    # objects (their files could not be reused while it does).
+    kept = store.MappedObjects(linger_s=0.02)
+    old, new = memoryview(bytearray(4)), memoryview(bytearray(4))
+    kept.keep(b"old", old, now=10.0)
+    assert kept.get(b"old", now=10.015) is old  # used again within the linger: kept
+    kept.keep(b"new", new, now=10.03)
+    assert kept.get(b"new", now=10.034) is new
+    assert kept.get(b"old", now=10.04) is None and len(kept) == 1  # 25 ms unused: dropped
+    assert kept.get(b"new", now=10.05) is new
 
 
 # -- stores left behind by node managers that were killed -----------------------------------

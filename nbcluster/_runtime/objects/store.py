@@ -16,8 +16,8 @@ instead of replacing an object someone may have mapped.
 after the file is deleted, spilled or replaced (Linux keeps the pages while they are
 mapped), so readers need no pin. ``deserialize(read_object(...))`` gives numpy arrays that
 are read-only views of that mapping. A worker keeps the mappings of large task arguments
-while more tasks are queued (:class:`MappedObjects`), so tasks sharing an argument fault
-its pages in once.
+while more tasks are queued (``objects.mapped``), so tasks sharing an argument fault
+its pages in once, and maps a new one in with one ``MADV_POPULATE_READ``.
 
 **Writing, measured** (100 MiB numpy array into tmpfs ``/dev/shm``, 2-vCPU VM, kernel
 6.18, Python 3.11; numpy ``copyto`` into a warm array of the same size measured 7-13 GB/s
@@ -31,6 +31,7 @@ method                                                        % memcpy
 ``os.pwritev`` into a recycled file (pages already allocated) 55 - 65
 ``MAP_POPULATE`` mapping + copy into a recycled file          75 - 80
 the same, copied by two threads (two cores)                   110 - 125
+the same into the writer's kept mapping (no populate, no unmap) 150 - 200
 ============================================================  ===========
 
 The copy itself is cheap; what costs is the kernel allocating, zeroing and accounting a
@@ -52,11 +53,18 @@ its readers gone. The node manager also fills the pool ahead of demand
 (:func:`allocate_pool_files`, sized by ``objects.pool.WarmPool``), in a low-priority
 thread. Pool files still occupy the tmpfs: size the directory for ``capacity +
 recycle_limit``; writes empty the pool and retry once when the disk is full.
+
+**Kept mappings.** Mapping a 100 MiB file in (``MAP_POPULATE``) and out again costs a
+writer 5-8 ms, about as much as the copy. So a process keeps the populated mapping of
+each pooled file it wrote (``objects.kept_maps``); once the object in it is freed (its
+file waits in ``.free/`` as ``.busy-``: the writer's own descriptor counts), and a write
+lease on the kept descriptor shows nobody else has it open or mapped, the writer claims
+it by renaming it and writes its next object of a fitting size through the same mapping.
+A file that another process still views is never rewritten, as in recycling.
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import errno
@@ -66,13 +74,14 @@ import itertools
 import mmap
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nbcluster._runtime.objects.dirs import free_bytes
+from nbcluster._runtime.objects.kept_maps import KeptMap, kept_maps, lease_state
+from nbcluster._runtime.objects.mapped import MAPPED_LINGER_S, MappedObjects, populate
 
 if TYPE_CHECKING:
     from nbcluster._runtime.serialization import SerializedValue
@@ -88,6 +97,7 @@ __all__ = [
     "free_pool_bytes",
     "object_path",
     "pool_file_sizes",
+    "populate",
     "promote_waiting",
     "read_object",
     "restore_object",
@@ -99,8 +109,6 @@ __all__ = [
 
 #: Smallest recycled file written through a mapping instead of ``pwritev``.
 MAPPED_WRITE_MIN = 1 << 20
-#: How long a worker keeps mapped arguments after its queue runs empty (see MappedObjects).
-MAPPED_LINGER_S = 0.02
 #: Smallest object file worth keeping for reuse.
 RECYCLE_MIN_SIZE = 1 << 20
 #: Subdirectory of a store directory holding freed files kept for reuse.
@@ -163,6 +171,14 @@ def write_object(
     size = value.total_size
     chunks = value.chunks()
     tmp = _temp_path(store_dir, object_id)
+    if size >= MAPPED_WRITE_MIN:
+        busy = [path for _, path in _pool_files(store_dir, _BUSY_PREFIX)]
+        kept, released = kept_maps.claim(busy, size, tmp)
+        if kept is not None:
+            return _write_kept(kept, tmp, final, chunks, reserve)
+        if released:
+            promote_waiting(store_dir)  # (the files were busy only for our own mapping)
+    mapping: mmap.mmap | None = None
     fd, allocated = _open_new(store_dir, tmp, size)
     try:
         if not allocated and reserve is not None and size >= RECYCLE_MIN_SIZE:
@@ -177,7 +193,7 @@ def write_object(
                 _unlink_quiet(tmp)
                 fd, allocated = _open_new(store_dir, tmp, size)
         if allocated and size >= MAPPED_WRITE_MIN:
-            _write_mapped(fd, size, chunks)
+            mapping = _write_mapped(fd, size, chunks)
         else:
             if reserve is not None:
                 reserve()
@@ -190,14 +206,50 @@ def write_object(
                 _pwritev_all(fd, chunks)
         if reserve is not None:
             reserve()
+        _seal(tmp, final)
     except BaseException:
+        if mapping is not None:
+            _close_quiet(mapping)
         if fd >= 0:
             os.close(fd)
         _unlink_quiet(tmp)
         raise
-    os.close(fd)
-    _seal(tmp, final)
+    if mapping is None:
+        os.close(fd)
+    else:  # keep the populated mapping for this process's next write into the same file
+        st = os.fstat(fd)
+        _keep(KeptMap(fd, mapping, size, st.st_dev, st.st_ino))
     return size
+
+
+def _write_kept(
+    kept: KeptMap,
+    tmp: str,
+    final: str,
+    chunks: list[bytes | memoryview],
+    reserve: Callable[[], None] | None,
+) -> int:
+    """Write into a kept file (claimed and renamed to ``tmp``) through its kept mapping."""
+    try:
+        _copy_chunks(kept.mapping, kept.length, chunks)
+        if reserve is not None:
+            reserve()
+        _seal(tmp, final)
+    except BaseException:
+        _unlink_quiet(tmp)
+        kept.close()
+        raise
+    kept_maps.reused += 1
+    _keep(kept)
+    return kept.length
+
+
+def _keep(kept: KeptMap) -> None:
+    for old in kept_maps.keep(kept):
+        if copy_threads < 2 or _cpus() < 2:
+            old.close()
+        else:
+            _copy_pool().submit(old.close)
 
 
 def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
@@ -217,60 +269,6 @@ def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
     finally:
         os.close(fd)
     return memoryview(mapping)
-
-
-class MappedObjects:
-    """Mappings of stored objects a worker keeps between the tasks queued on it.
-
-    Every task that takes a large stored argument would otherwise map it anew and fault
-    in each of its pages again (about 3 ms per 100 MiB); queued tasks often share an
-    argument (``put`` once, many tasks). Objects are immutable and a mapping stays valid
-    after the object is freed, so a kept mapping is always right; what it costs is
-    memory: a freed object's pages live (and its file cannot be recycled) until its
-    mappings are gone. So the worker calls :meth:`clear` when its queue has been empty for
-    ``MAPPED_LINGER_S`` (one timed wait, not a poll), and at most ``max_bytes`` stay
-    mapped (least recently used first out).
-    """
-
-    def __init__(self, max_bytes: int = 2 << 30, max_count: int = 16) -> None:
-        self.max_bytes = max_bytes
-        self.max_count = max_count
-        self._views: collections.OrderedDict[bytes, memoryview] = collections.OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0  #: lookups that found a kept mapping
-
-    def get(self, object_id: bytes) -> memoryview | None:
-        """The kept mapping of ``object_id``, if any."""
-        with self._lock:
-            view = self._views.get(object_id)
-            if view is not None:
-                self._views.move_to_end(object_id)
-                self.hits += 1
-            return view
-
-    def keep(self, object_id: bytes, view: memoryview) -> None:
-        """Keep ``view`` (a mapping from :func:`read_object`) for the next tasks."""
-        if view.nbytes > self.max_bytes:
-            return
-        with self._lock:
-            old = self._views.pop(object_id, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._views[object_id] = view
-            self._bytes += view.nbytes
-            while self._bytes > self.max_bytes or len(self._views) > self.max_count:
-                _, dropped = self._views.popitem(last=False)
-                self._bytes -= dropped.nbytes
-
-    def clear(self) -> None:
-        """Forget every kept mapping (those no value still uses are unmapped)."""
-        with self._lock:
-            self._views.clear()
-            self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._views)
 
 
 def delete_object(store_dir: str, object_id: bytes, *, recycle_limit: int = 0) -> int:
@@ -410,7 +408,7 @@ def promote_waiting(store_dir: str) -> int:
         except FileNotFoundError:
             continue
         try:
-            if _lease_state(fd) == "free":
+            if lease_state(fd) == "free":
                 unique = os.path.basename(path).split("-", 2)[2]
                 os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
                 promoted += size
@@ -461,7 +459,7 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
             os.rename(path, checking)  # from here on nobody can open it by its object name
         except FileNotFoundError:
             return 0
-        state = _lease_state(fd)
+        state = lease_state(fd)
         if state == "free":
             os.rename(checking, os.path.join(free_dir, f"{size}-{unique}"))
         elif state == "busy":  # still mapped: wait (hidden) until promote_waiting sees it free
@@ -471,17 +469,6 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
         return size
     finally:
         os.close(fd)
-
-
-def _lease_state(fd: int) -> str:
-    """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
-    ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-    except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
-        return "busy" if err.errno in (errno.EAGAIN, errno.EBUSY) else "unknown"
-    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-    return "free"
 
 
 def _claim_recycled(store_dir: str, size: int, tmp: str) -> int:
@@ -544,8 +531,9 @@ def _seal(tmp: str, final: str) -> None:
     os.unlink(tmp)
 
 
-def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
-    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping.
+def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> mmap.mmap:
+    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping;
+    return the mapping (the caller keeps it for its next write, or closes it).
 
     Only for files whose pages are all allocated (a recycled file): ``MAP_POPULATE`` maps
     them in one call, so the copy runs without page faults at memcpy speed, and large
@@ -556,17 +544,29 @@ def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> None:
         fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
     )
     try:
-        dest = np.frombuffer(mapping, dtype=np.uint8)
-        pos = 0
-        for chunk in chunks:
-            n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
-            if n >= _NUMPY_COPY_MIN:
-                _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
-            elif n:
-                mapping[pos : pos + n] = chunk
-            pos += n
-        del dest
-    finally:
+        _copy_chunks(mapping, size, chunks)
+    except BaseException:
+        _close_quiet(mapping)
+        raise
+    return mapping
+
+
+def _copy_chunks(mapping: mmap.mmap, size: int, chunks: list[bytes | memoryview]) -> None:
+    """Copy ``chunks`` back to back into the first ``size`` bytes of ``mapping``."""
+    dest = np.frombuffer(mapping, dtype=np.uint8, count=size)
+    pos = 0
+    for chunk in chunks:
+        n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+        if n >= _NUMPY_COPY_MIN:
+            _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
+        elif n:
+            dest[pos : pos + n] = np.frombuffer(chunk, dtype=np.uint8)
+        pos += n
+    del dest
+
+
+def _close_quiet(mapping: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError):  # a view still exported: unmapped when collected
         mapping.close()
 
 

@@ -6,7 +6,7 @@ location of its object in the node's store. A stored argument is mapped read-onl
 (``objects.store.read_object``) and deserialized from that mapping, so a numpy array
 argument is a read-only view of the store's shared memory: no copy, however large (as in
 Ray, writing to it raises ``ValueError``; copy it first to modify it). Mappings are kept
-in :class:`~nbcluster._runtime.objects.store.MappedObjects` while more tasks are queued,
+in :class:`~nbcluster._runtime.objects.mapped.MappedObjects` while more tasks are queued,
 so tasks sharing an argument (``put`` once, many tasks) map it, and fault its pages in,
 once per worker.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbcluster._runtime.core.args import ArgPlaceholder
-from nbcluster._runtime.objects.store import MappedObjects
+from nbcluster._runtime.objects.mapped import MappedObjects, populate
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 
@@ -45,6 +45,7 @@ def resolve_task_args(
             buf = mapped.get(loc.object_id)
             if buf is None:
                 buf = map_location(loc)
+                populate(buf)  # one call instead of a page fault per 64 KiB read
                 mapped.keep(loc.object_id, buf)
             values.append(deserialize(buf))
         else:

@@ -1,0 +1,255 @@
+"""Writable mappings a process keeps of the store files it wrote, for its next writes.
+
+A large write into a pooled file costs, besides the copy, mapping the file in
+(``MAP_POPULATE``: 25,600 page-table entries per 100 MiB, 2.5-6 ms) and unmapping it
+afterwards (2-3 ms): about as much as the copy itself. Ray's writers skip both: the plasma
+arena stays mapped in every process. Here a writer keeps the populated mapping (and its
+read-write descriptor) of each file it wrote, and when the object in it is freed, writes
+its next object of a fitting size into the same file through the same mapping.
+
+**Safety.** A kept file may be written again only when no other process (and no other
+open of this one) can still see its old contents:
+
+* the object must have been freed: the node moved its file to the pool under a hidden
+  name (``.free/.busy-<size>-...``, "waiting for readers": this process's own kept
+  descriptor is one of them), so nobody can open it by its object name any more. The
+  writer finds it there by inode, and claims it by renaming it to its own temporary
+  name (atomic: the node, pruning the pool, or another writer, cannot have it too);
+* then a write lease (``F_SETLEASE``) on the kept read-write descriptor must be granted:
+  Linux grants it only when that descriptor's open file description is the only one of
+  the file, for reading or writing, anywhere, and a mapping holds its open file
+  description even after its descriptor is closed. So any reader's mapping (and any
+  value viewing it) keeps the file from being reused, exactly as for the node's own
+  recycling check (:func:`lease_state`, used by ``store``). If the lease is refused, the file is
+  renamed back and waits.
+
+A kept file whose name is gone (the node trimmed the pool, or the store was removed)
+is dropped at the next write, and every kept mapping is dropped after ``LINGER_S``
+without a large write (a timer), so an idle process holds no freed memory; a forked
+child drops the copies it inherited. This module only decides and bookkeeps; ``store``
+does the writing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import mmap
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = [
+    "KeptMap",
+    "KeptMaps",
+    "LINGER_S",
+    "fits",
+    "kept_maps",
+    "lease_state",
+    "quiet_lease_breaks",
+]
+
+#: How long a kept mapping outlives the last large write of its process.
+LINGER_S = 1.0
+#: Most files one process keeps mapped.
+MAX_FILES = 3
+_MiB = 1 << 20
+_LEASES = hasattr(fcntl, "F_SETLEASE")
+
+
+def fits(mapped_len: int, file_size: int, size: int) -> bool:
+    """Whether an object of ``size`` bytes may go into a kept file (pure).
+
+    The file must hold it within the pages it has (``file_size``: written in full, so
+    allocated) and the mapping must cover it; and the file must not be more than about
+    twice as big (the write truncates it, and the pages cut off were kept for nothing).
+    """
+    return 0 < size <= min(mapped_len, file_size) and file_size <= 2 * size + _MiB
+
+
+@dataclass(eq=False)
+class KeptMap:
+    """One kept file: its read-write descriptor, its populated mapping, its identity."""
+
+    fd: int
+    mapping: mmap.mmap
+    length: int
+    dev: int
+    ino: int
+    last_used: float = field(default_factory=time.monotonic)
+
+    def close(self) -> None:
+        """Unmap and close (a view still exported keeps the mapping until collected)."""
+        with contextlib.suppress(BufferError):
+            self.mapping.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def quiet_lease_breaks(fd: int) -> None:
+    """Have a lease on ``fd`` broken with ``SIGURG`` (ignored by default), not ``SIGIO``.
+
+    Were a lease broken (another open of the file in the microseconds it is held),
+    Linux would signal its holder ``SIGIO``, whose default action ends the process.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+
+
+def lease_state(fd: int) -> str:
+    """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
+    ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
+    quiet_lease_breaks(fd)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
+        return "busy" if err.errno in (errno.EAGAIN, errno.EBUSY) else "unknown"
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    return "free"
+
+
+class KeptMaps:
+    """The kept mappings of one process (thread-safe; see the module docstring)."""
+
+    def __init__(self, max_files: int = MAX_FILES, linger_s: float = LINGER_S) -> None:
+        self.max_files = max_files
+        self.linger_s = linger_s
+        self._maps: list[KeptMap] = []
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self.reused = 0  #: writes that went into a kept mapping
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def claim(self, busy_files: list[str], size: int, tmp: str) -> tuple[KeptMap | None, list[str]]:
+        """``(kept, released)``: a kept file, freed and seen by nobody else, renamed to
+        ``tmp`` and truncated to ``size`` bytes (``None`` if no kept file qualifies); and
+        the paths of freed kept files that do not fit ``size``, dropped here so the store's
+        pool can have them (the caller promotes them: ``store.promote_waiting``).
+
+        ``busy_files``: the paths of the store's files waiting for their readers
+        (``.free/.busy-...``). The caller writes through ``kept.mapping`` and calls
+        :meth:`keep`.
+        """
+        released: list[str] = []
+        if not _LEASES:
+            return None, released
+        with self._lock:
+            candidates = list(self._maps)
+        if not candidates:
+            return None, released
+        by_inode: dict[tuple[int, int], str] = {}
+        for path in busy_files:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(path)
+                by_inode[(st.st_dev, st.st_ino)] = path
+        for kept in candidates:
+            try:
+                st = os.fstat(kept.fd)
+            except OSError:
+                continue
+            if st.st_nlink == 0:
+                self._drop(kept)  # the file was deleted: its pages are ours alone
+                continue
+            path = by_inode.get((kept.dev, kept.ino))
+            if path is None:
+                continue  # its object is alive (or the file is someone else's now)
+            if not fits(kept.length, st.st_size, size):
+                self._drop(kept)  # freed, but not for this size: let the pool have it
+                released.append(path)
+                continue
+            if self._take(kept, path, size, tmp):
+                return kept, released
+        return None, released
+
+    def _take(self, kept: KeptMap, path: str, size: int, tmp: str) -> bool:
+        with self._lock:
+            if kept not in self._maps:
+                return False  # another thread has it
+            self._maps.remove(kept)
+        try:
+            os.rename(path, tmp)  # nobody else can find it now
+        except FileNotFoundError:  # the node trimmed or promoted it meanwhile
+            self._put_back(kept)
+            return False
+        if lease_state(kept.fd) != "free" or os.fstat(kept.fd).st_ino != kept.ino:
+            with contextlib.suppress(OSError):
+                os.rename(tmp, path)  # still read somewhere: let it wait
+            self._put_back(kept)
+            return False
+        try:
+            os.ftruncate(kept.fd, size)
+        except OSError:
+            os.rename(tmp, path)
+            self._put_back(kept)
+            return False
+        kept.length = min(kept.length, size)
+        return True
+
+    def _put_back(self, kept: KeptMap) -> None:
+        with self._lock:
+            self._maps.append(kept)
+
+    def keep(self, kept: KeptMap) -> list[KeptMap]:
+        """Keep ``kept`` (just written and sealed) for this process's next writes; return
+        the kept maps it displaced (the least recently used), for the caller to close."""
+        kept.last_used = time.monotonic()
+        dropped: list[KeptMap] = []
+        with self._lock:
+            self._maps.append(kept)
+            while len(self._maps) > self.max_files:
+                dropped.append(self._maps.pop(0))
+            if self._timer is None:
+                self._arm()
+        return dropped
+
+    def _arm(self) -> None:
+        timer = threading.Timer(self.linger_s, self._expire)
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._timer = None
+            old = [k for k in self._maps if now - k.last_used >= self.linger_s]
+            self._maps = [k for k in self._maps if k not in old]
+            if self._maps:
+                self._arm()
+        for kept in old:
+            kept.close()
+
+    def _drop(self, kept: KeptMap) -> None:
+        with self._lock:
+            if kept not in self._maps:
+                return
+            self._maps.remove(kept)
+        kept.close()
+
+    def clear(self) -> None:
+        """Drop every kept mapping (its files wait for the node to pool them)."""
+        with self._lock:
+            old, self._maps = self._maps, []
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        for kept in old:
+            kept.close()
+
+    def _forget_in_child(self) -> None:
+        # A forked child must not hold its parent's files open (they would never pool).
+        self._lock = threading.Lock()
+        self._timer = None
+        old, self._maps = self._maps, []
+        for kept in old:
+            kept.close()
+
+
+kept_maps = KeptMaps()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=kept_maps._forget_in_child)
