@@ -217,3 +217,32 @@ def test_the_blocking_stub_translates_an_upload_and_passes_a_reply_stream_throug
     # both went out with the token
     assert all(any(k == "authorization" for k, _ in kw["metadata"]) for _, kw in channel.seen)
     assert len(channel.seen) == 2
+
+
+def test_only_the_protocol_layer_catches_grpc_errors() -> None:
+    """Outside ``_runtime/protocol`` no module catches grpc's own error classes: the stubs
+    translate, and callers catch what they mean (``RpcFailure``, ``RpcUnavailable``, ...)."""
+    import ast
+    from pathlib import Path
+
+    import nbcluster
+
+    root = Path(nbcluster.__file__).parent
+    raw = {"RpcError", "AioRpcError"}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if "protocol" in path.relative_to(root).parts or "protos" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            caught: list[ast.expr] = []
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                caught = list(node.type.elts) if isinstance(node.type, ast.Tuple) else [node.type]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "suppress":
+                caught = list(node.args)
+            for expr in caught:
+                name = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
+                if name in raw:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, "catch the translated errors of protocol/errors.py instead:\n" + "\n".join(
+        found
+    )

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nbcluster._runtime.objects import store as objstore
-from nbcluster._runtime.protocol.errors import Peer, RpcError, to_exception
+from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.rpc import pb
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def write_to_local_store(
     def reserve() -> None:
         try:
             create.result(_RPC_TIMEOUT_S + 5)
-        except RpcError as err:
+        except RpcFailure as err:
             raise to_exception(err, Peer.NODE, "CreateObject") from None
 
     try:
@@ -120,5 +120,5 @@ async def _seal(client: StoreClient, object_id: bytes, size: int) -> None:
         await client.node().SealObject(
             pb.SealObjectRequest(object_id=object_id, size=size), timeout=_RPC_TIMEOUT_S
         )
-    except RpcError as err:  # the node is gone (its objects with it) or shutting down
+    except RpcFailure as err:  # the node is gone (its objects with it) or shutting down
         log.debug("SealObject %s failed: %s", object_id.hex(), err)
