@@ -60,16 +60,16 @@ class HeadControl:
 
     def _ask_address(self) -> str | None:
         client = self.client
-        stub = AuthedStub(
-            ctrl_pb2_grpc.ControlStub(client.channels.channel(client.head_address)),
-            client.token,
-            client.head_address,
-        )
         timeout = max(1.0, min(5.0, client.config.head_grace_period_s / 2))
+
+        def ask() -> Any:  # on the I/O loop, where the client's gRPC channels live
+            address = client.head_address
+            raw = ctrl_pb2_grpc.ControlStub(client.channels.channel(address))
+            stub = AuthedStub(raw, client.token, address)
+            return stub.ControlAddress(ctrl_pb2.ControlAddressRequest(), timeout=timeout)
+
         try:
-            reply = client.run(
-                lambda: stub.ControlAddress(ctrl_pb2.ControlAddressRequest(), timeout=timeout)
-            )
+            reply = client.run(ask)
         except RpcFailure as err:
             # An older head serves no control channel; otherwise ask again next time.
             return "" if err.code() == grpc.StatusCode.UNIMPLEMENTED else None
