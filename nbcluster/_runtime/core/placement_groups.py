@@ -23,6 +23,7 @@ from nbcluster._runtime.serialization import serialize
 __all__ = ["create", "get_by_name", "ready_ref", "remove", "table"]
 
 _STATE = {0: "PENDING", 1: "CREATED", 2: "REMOVED"}
+_TRUE = serialize(True).to_bytes()  # what ready() resolves to
 
 
 def create(
@@ -102,12 +103,18 @@ def ready_ref(client: CoreClient, pg_id: bytes) -> ObjectRef:
     oid = client.next_task_id() + (0).to_bytes(4, "big")
     entry = client.table.create_owned(oid)
     ref = ObjectRef._new(oid, client.address, client)
+    if client.cached_placement_group(pg_id) is not None:
+        # Created already (the head placed it at once): ready now, in this thread. Nothing
+        # waits on or depends on an entry nobody has seen yet, so there is no one to wake.
+        with client.table.lock:
+            entry.set_ready(data=_TRUE)
+        return ref
 
     async def watch() -> None:
         try:
             info = await client.placement_group_info(pg_id)
             if info.state == pb.PlacementGroupInfo.CREATED:
-                kwargs: dict[str, Any] = {"data": serialize(True).to_bytes()}
+                kwargs: dict[str, Any] = {"data": _TRUE}
             else:
                 kwargs = {
                     "exc": exc.NbclusterError(
