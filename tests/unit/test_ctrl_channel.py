@@ -59,6 +59,7 @@ class Service:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.finished: list[str] = []
         self.release = asyncio.Event()
 
     async def get(self, request: pb.PlacementGroupRequest, context: Any) -> pb.PlacementGroupInfo:
@@ -71,6 +72,7 @@ class Service:
             await asyncio.sleep(request.timeout)
         if request.name == "wait":
             await self.release.wait()
+        self.finished.append(request.name)
         return pb.PlacementGroupInfo(pg_id=request.pg_id, name=request.name, version=7)
 
 
@@ -180,6 +182,27 @@ def test_a_broken_connection_is_ctrlbroken_and_the_next_call_reconnects(loop: Lo
         loop.run(server2.close())
     finally:
         client.close()
+
+
+def test_a_call_whose_caller_hung_up_still_runs_to_its_end(loop: Loop) -> None:
+    service = Service()
+    server = _serve(loop, service)
+    client = _client(server.address)
+    try:
+        with pytest.raises(RpcDeadlineExceeded):
+            _get(client, "wait", timeout=0.3)  # the client gives up and closes the connection
+        assert client._sock is None
+        deadline = time.monotonic() + 10
+        while server._conns and time.monotonic() < deadline:  # the server saw it go
+            time.sleep(0.01)
+        assert not server._conns
+        loop.loop.call_soon_threadsafe(service.release.set)
+        while "wait" not in service.finished and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert service.finished == ["wait"]  # not cancelled half way (a removal must finish)
+    finally:
+        client.close()
+        loop.run(server.close())
 
 
 def test_a_slow_call_is_kept_alive_by_pings_and_a_silent_peer_fails_it(loop: Loop) -> None:

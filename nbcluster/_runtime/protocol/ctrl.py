@@ -167,7 +167,6 @@ class _ServerProtocol(asyncio.Protocol):
         self.authed = False
         self.peer = ""
         self.timer: asyncio.TimerHandle | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -182,11 +181,11 @@ class _ServerProtocol(asyncio.Protocol):
             self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # Calls in flight run to their end (a removal half done would leave the head's view
+        # charged); their replies are dropped.
         if self.timer is not None:
             self.timer.cancel()
         self.server._conns.discard(self)
-        for task in list(self.tasks):
-            task.cancel()
 
     def _hello(self) -> bool | None:
         """True once the hello checked out; None while it is incomplete; False: refuse."""
@@ -247,9 +246,10 @@ class _ServerProtocol(asyncio.Protocol):
             code = grpc.StatusCode.INVALID_ARGUMENT
             self._reply(call_id, code.value[0], _BAD_REQUEST.encode())
             return
+        tasks = self.server._tasks
         task = asyncio.get_running_loop().create_task(self._run(call_id, handler, request))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _run(self, call_id: int, handler: Callable[..., Any], request: Any) -> None:
         try:
@@ -282,6 +282,7 @@ class CtrlServer:
         self._ssl = ssl_context
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_ServerProtocol] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # calls being served
         self.address = ""
 
     async def start(self, host: str) -> str:
@@ -295,11 +296,13 @@ class CtrlServer:
         return self.address
 
     async def close(self) -> None:
-        """Stop listening and drop every connection."""
+        """Stop listening, drop every connection and end the calls being served."""
         if self._server is not None:
             self._server.close()
         for conn in list(self._conns):
             conn._drop()
+        for task in list(self._tasks):
+            task.cancel()
 
 
 class ControlAddressService(ctrl_pb2_grpc.ControlServicer):
