@@ -60,22 +60,32 @@ def _no_grpc(monkeypatch: pytest.MonkeyPatch) -> Any:
     return client
 
 
+def _ctrl_address(client: Any, address: str) -> str:
+    """The control-channel address the process serving gRPC at ``address`` advertises."""
+
+    def ask() -> Any:  # on the client's loop, where its channels live
+        raw = ctrl_pb2_grpc.ControlStub(client.channels.channel(address))
+        stub = AuthedStub(raw, client.token, address)
+        return stub.ControlAddress(ctrl_pb2.ControlAddressRequest(), timeout=10)
+
+    return client.run(ask).address
+
+
+def _node_addresses() -> dict[str, str]:
+    """Node id (hex) -> the node manager's gRPC address, for the live nodes."""
+    return {
+        n["NodeID"]: f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}"
+        for n in nbcluster.nodes()
+        if n["Alive"]
+    }
+
+
 def _node_ctrl_ports(client: Any) -> dict[str, int]:
-    """Node id (hex) -> the port of that node manager's control channel (asked over gRPC)."""
-    out = {}
-    for n in nbcluster.nodes():
-        if not n["Alive"]:
-            continue
-        address = f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}"
-
-        def ask(address: str = address) -> Any:  # on the client's loop, as its channels
-            raw = ctrl_pb2_grpc.ControlStub(client.channels.channel(address))
-            stub = AuthedStub(raw, client.token, address)
-            return stub.ControlAddress(ctrl_pb2.ControlAddressRequest(), timeout=10)
-
-        reply = client.run(ask)
-        out[n["NodeID"]] = int(reply.address.rpartition(":")[2])
-    return out
+    """Node id (hex) -> the port of that node manager's control channel."""
+    return {
+        node: int(_ctrl_address(client, address).rpartition(":")[2])
+        for node, address in _node_addresses().items()
+    }
 
 
 def _head_connected_to(ports: dict[str, int]) -> bool:
@@ -212,3 +222,23 @@ def test_a_tls_cluster_runs_its_control_channels_inside_tls(
         except (ConnectionError, TimeoutError):
             answer = b""
         assert answer != bytes([ctrl.OK]), "a plain peer got through a control channel"
+
+
+def test_with_control_channels_off_placement_groups_stay_on_grpc(
+    cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NBCLUSTER_CONTROL_CHANNELS", "0")
+    info = cluster(num_cpus=1)
+    client = runtime_context.current_client()
+    pg = placement_group([{"CPU": 0.5}], name="g")
+    assert pg.wait(30)
+    assert get_placement_group("g").id == pg.id
+    with pytest.raises(ValueError, match="a placement group named 'g' already exists"):
+        placement_group([{"CPU": 0.1}], name="g")
+    remove_placement_group(pg)
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    control = head_control(client)
+    assert control.address == "" and control.ctrl is None
+    # Neither the head nor the node manager serves one.
+    assert _ctrl_address(client, info.address) == ""
+    assert [_ctrl_address(client, a) for a in _node_addresses().values()] == [""]

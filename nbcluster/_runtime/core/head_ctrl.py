@@ -80,7 +80,8 @@ class HeadControl:
             if self.ctrl is not None:
                 return self.ctrl
             if self.address is None:
-                self.address = self._ask_address()
+                on = self.client.config.control_channels
+                self.address = self._ask_address() if on else ""
             if not self.address:
                 return None
             client = self.client

@@ -81,7 +81,9 @@ async def serve(args: argparse.Namespace) -> None:
         max_frame=config.rpc_max_message_bytes,
         ssl_context=tls.ssl_context(tls_settings, server=True) if tls_settings else None,
     )
-    ctrl_address = ControlAddressService(await ctrl.start(args.host))
+    ctrl_address = ControlAddressService(
+        await ctrl.start(args.host) if config.control_channels else ""
+    )
     ctrl_pb2_grpc.add_ControlServicer_to_server(ctrl_address, server)
     await server.start()
     if not is_loopback(args.host):

@@ -158,7 +158,9 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         max_frame=config.rpc_max_message_bytes,
         ssl_context=tls.ssl_context(tls_settings, server=True) if tls_settings else None,
     )
-    ctrl_address = ControlAddressService(await ctrl.start(args.host))
+    ctrl_address = ControlAddressService(
+        await ctrl.start(args.host) if config.control_channels else ""
+    )
     ctrl_pb2_grpc.add_ControlServicer_to_server(ctrl_address, server)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
