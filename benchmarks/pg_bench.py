@@ -169,17 +169,23 @@ ADAPTERS: dict[str, type[Adapter]] = {"nbcluster": NbclusterAdapter, "ray": RayA
 # --------------------------------------------------------------------------- workloads
 
 
-def _cpu_s() -> float:
-    """CPU seconds used so far by this process and every live process under it."""
+def _cpu_by_pid() -> dict[int, float]:
+    """CPU seconds used so far by this process and each live process under it, by pid."""
     import psutil
 
     me = psutil.Process()
-    total = 0.0
+    out = {}
     for p in [me, *me.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
-            total += t.user + t.system
-    return total
+            out[p.pid] = t.user + t.system
+    return out
+
+
+def _cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds used since ``before`` by the processes alive now (new ones in full; one
+    that exited meanwhile is not counted: its CPU cannot be read any more)."""
+    return sum(max(0.0, t - before.get(pid, 0.0)) for pid, t in _cpu_by_pid().items())
 
 
 def w_sequential(
@@ -200,7 +206,7 @@ def w_sequential(
     for _ in range(s.warmup):
         once()
     done = 0
-    cpu0 = _cpu_s() if cpu is not None else 0.0
+    cpu0 = _cpu_by_pid() if cpu is not None else {}
     t = time.perf_counter()
     for _ in range(n):
         once()
@@ -209,7 +215,7 @@ def w_sequential(
             break
     elapsed = time.perf_counter() - t
     if cpu is not None:
-        cpu["ms"] = (_cpu_s() - cpu0) / done * 1e3
+        cpu["ms"] = _cpu_since(cpu0) / done * 1e3
     return done / elapsed
 
 
