@@ -297,3 +297,25 @@ def test_context_shim_abort_raises_ctrlabort() -> None:
         asyncio.run(go())
     assert (err.value.code, err.value.details) == (grpc.StatusCode.ALREADY_EXISTS, "taken")
     assert context.invocation_metadata() == ()
+
+
+def test_a_token_too_long_for_the_hello_keeps_callers_on_grpc() -> None:
+    from nbcluster._runtime.head.placement import NodeBundles
+
+    assert ctrl.token_fits("x" * 255) and not ctrl.token_fits("x" * 256)
+
+    class Channels:  # what NodeBundles reads of the head's channels
+        retry_budget_s = 1.0
+        max_message_bytes = MAX_FRAME
+
+        def __init__(self, token: str) -> None:
+            self.token = token
+
+        def channel(self, address: str) -> Any:
+            return self
+
+        def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
+            return lambda *a, **k: None
+
+    assert NodeBundles("127.0.0.1:1", Channels("x" * 300)).ctrl_address == ""  # type: ignore[arg-type]
+    assert NodeBundles("127.0.0.1:1", Channels(TOKEN)).ctrl_address is None  # type: ignore[arg-type]

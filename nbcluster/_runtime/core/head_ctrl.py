@@ -27,7 +27,7 @@ import grpc
 
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.protocol import tls
-from nbcluster._runtime.protocol.ctrl import CtrlBroken, CtrlClient
+from nbcluster._runtime.protocol.ctrl import CtrlBroken, CtrlClient, token_fits
 from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.protos import ctrl_pb2, ctrl_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub
@@ -80,7 +80,7 @@ class HeadControl:
             if self.ctrl is not None:
                 return self.ctrl
             if self.address is None:
-                on = self.client.config.control_channels
+                on = self.client.config.control_channels and token_fits(self.client.token)
                 self.address = self._ask_address() if on else ""
             if not self.address:
                 return None

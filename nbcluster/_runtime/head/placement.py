@@ -36,7 +36,13 @@ import grpc
 
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.protocol import tls
-from nbcluster._runtime.protocol.ctrl import AsyncCtrlConnection, CtrlBroken, Method, open_async
+from nbcluster._runtime.protocol.ctrl import (
+    AsyncCtrlConnection,
+    CtrlBroken,
+    Method,
+    open_async,
+    token_fits,
+)
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import (
     bundles_pb2,
@@ -450,7 +456,9 @@ class NodeBundles:
         self.channels = channels
         raw = bundles_pb2_grpc.BundlesStub(channels.channel(address))
         self.grpc = RetryingStub(AuthedStub(raw, channels.token, address), channels.retry_budget_s)
-        self.ctrl_address: str | None = None  # None: not asked yet; "": the node serves none
+        # None: not asked yet; "": none to use (the node serves none, or the token is too
+        # long for a control channel's hello)
+        self.ctrl_address: str | None = None if token_fits(channels.token) else ""
         self.conn: AsyncCtrlConnection | None = None
         self._lock = asyncio.Lock()
 

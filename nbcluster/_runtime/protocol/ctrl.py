@@ -56,6 +56,7 @@ __all__ = [
     "Method",
     "ServerContext",
     "open_async",
+    "token_fits",
 ]
 
 log = logging.getLogger(__name__)
@@ -321,6 +322,11 @@ class ControlAddressService(ctrl_pb2_grpc.ControlServicer):
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def token_fits(token: str) -> bool:
+    """Whether ``token`` fits a control channel's hello (else callers stay on gRPC)."""
+    return len(token.encode()) <= _MAX_TOKEN
 
 
 def _hello(token: str) -> bytes:
