@@ -11,6 +11,9 @@ Each system runs in its own fresh subprocess with 2 CPUs on one node (the set-up
   ``remove_placement_group(pg)``, again and again; groups per second (the latency bound).
 - sequential, 4 bundles SPREAD: the same with four bundles.
 - batch of N: create N one-bundle groups, wait for all of them, remove them all; groups/s.
+- CPU per cycle of the 1-bundle loop, summed over the driver and every process under it
+  (the head, node manager and workers; Ray's GCS, raylet and workers): a figure that does
+  not depend on how busy the machine is, where the rates do.
 
 The table gives each figure and the ratio "how many times better nbcluster is" (nbcluster /
 Ray for rates; >1 means nbcluster wins). Absolute numbers drift on shared machines; only
@@ -166,7 +169,35 @@ ADAPTERS: dict[str, type[Adapter]] = {"nbcluster": NbclusterAdapter, "ray": RayA
 # --------------------------------------------------------------------------- workloads
 
 
-def w_sequential(a: Adapter, bundles: int, strategy: str, n: int, s: Sizes) -> float:
+def _cpu_by_pid() -> dict[int, float]:
+    """CPU seconds used so far by this process and each live process under it, by pid."""
+    import psutil
+
+    me = psutil.Process()
+    out = {}
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+    return out
+
+
+def _cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds used since ``before`` by the processes alive now (new ones in full; one
+    that exited meanwhile is not counted: its CPU cannot be read any more)."""
+    return sum(max(0.0, t - before.get(pid, 0.0)) for pid, t in _cpu_by_pid().items())
+
+
+def w_sequential(
+    a: Adapter,
+    bundles: int,
+    strategy: str,
+    n: int,
+    s: Sizes,
+    cpu: dict[str, float] | None = None,
+) -> float:
+    """Groups per second; with ``cpu``, also its ``"ms"``: CPU ms per cycle, all processes."""
+
     def once() -> None:
         pg = a.create([dict(BUNDLE) for _ in range(bundles)], strategy)
         a.wait_ready([pg])
@@ -175,13 +206,17 @@ def w_sequential(a: Adapter, bundles: int, strategy: str, n: int, s: Sizes) -> f
     for _ in range(s.warmup):
         once()
     done = 0
+    cpu0 = _cpu_by_pid() if cpu is not None else {}
     t = time.perf_counter()
     for _ in range(n):
         once()
         done += 1
         if time.perf_counter() - t > s.budget_s:
             break
-    return done / (time.perf_counter() - t)
+    elapsed = time.perf_counter() - t
+    if cpu is not None:
+        cpu["ms"] = _cpu_since(cpu0) / done * 1e3
+    return done / elapsed
 
 
 def w_batch(a: Adapter, s: Sizes) -> float:
@@ -217,7 +252,9 @@ def child(system: str, out: str, s: Sizes) -> None:
             f.write(json.dumps(record) + "\n")
         log(f"[{system}] {record}")
 
-    run("seq1", lambda: w_sequential(a, 1, "PACK", s.seq_n, s))
+    cpu: dict[str, float] = {}
+    run("seq1", lambda: w_sequential(a, 1, "PACK", s.seq_n, s, cpu))
+    run("cpu1", lambda: cpu["ms"])
     run("seq4", lambda: w_sequential(a, 4, "SPREAD", s.seq4_n, s))
     run("batch", lambda: w_batch(a, s))
     a.stop()
@@ -281,11 +318,13 @@ def run_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict[str, A
     return entry
 
 
-def rows(s: Sizes) -> list[tuple[str, str]]:
+def rows(s: Sizes) -> list[tuple[str, str, str]]:
+    """(key, label, unit): rates in groups/s (higher is better), CPU in ms (lower is)."""
     return [
-        ("seq1", "create+ready+remove, 1 bundle (sequential)"),
-        ("seq4", "create+ready+remove, 4 bundles SPREAD (sequential)"),
-        ("batch", f"{s.batch_n} groups created, then all removed"),
+        ("seq1", "create+ready+remove, 1 bundle (sequential)", "groups/s"),
+        ("seq4", "create+ready+remove, 4 bundles SPREAD (sequential)", "groups/s"),
+        ("batch", f"{s.batch_n} groups created, then all removed", "groups/s"),
+        ("cpu1", "CPU per 1-bundle cycle, all processes", "ms"),
     ]
 
 
@@ -303,7 +342,7 @@ def render(report: dict[str, Any], s: Sizes) -> str:
     systems = report["systems"]
     head = ["workload", "unit", "nbcluster", "Ray", "×Ray"]
     table = [head]
-    for key, label in rows(s):
+    for key, label, unit in rows(s):
         cells = []
         values = {}
         for name in SYSTEMS:
@@ -317,8 +356,9 @@ def render(report: dict[str, Any], s: Sizes) -> str:
             else:
                 cells.append(fmt(v))
         nb, ray = values["nbcluster"], values["ray"]
-        ratio = f"{fmt(nb / ray)}×" if nb and ray else ""
-        table.append([label, "groups/s", *cells, ratio])
+        better = (nb / ray if unit == "groups/s" else ray / nb) if nb and ray else None
+        ratio = f"{fmt(better)}×" if better else ""
+        table.append([label, unit, *cells, ratio])
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     out = []
     for n, r in enumerate(table):
@@ -328,7 +368,10 @@ def render(report: dict[str, Any], s: Sizes) -> str:
         if n == 0:
             out.append("-" * len(out[0]))
     out.append("")
-    out.append("×Ray = nbcluster's rate / Ray's rate, measured in this run (>1: nbcluster wins).")
+    out.append(
+        "×Ray = nbcluster's rate / Ray's rate (for CPU: Ray's / nbcluster's), measured in "
+        "this run (>1: nbcluster wins)."
+    )
     vers = ", ".join(
         f"{LABELS[k]} {v.get('version', '')}".strip()
         + ("" if v["status"] == "ok" else f" ({v['status']})")

@@ -50,6 +50,9 @@ class Config:
     task_channels: bool = True
     """Send tasks and actor calls to workers on raw-socket task channels (False: on gRPC
     streams, as before; ``NBCLUSTER_TASK_CHANNELS=0``)."""
+    control_channels: bool = True
+    """Placement-group calls (driver to head, head to node managers) on raw-socket control
+    channels (``protocol/ctrl.py``; False: on gRPC, as before; ``NBCLUSTER_CONTROL_CHANNELS=0``)."""
     object_store_memory: int | None = None
     """Bytes of shared memory for each node's object store; None picks from free memory."""
     store_base_dir: str = "/dev/shm"

@@ -731,6 +731,10 @@ class CoreClient:
                 return info
         raise exc.NbclusterError("the client is closed")
 
+    def cached_placement_group(self, pg_id: bytes) -> Any:
+        """The group's record when this client knows it is CREATED, else None (no call)."""
+        return self._pg_cache.get(pg_id)
+
     def forget_placement_group(self, pg_id: bytes) -> None:
         self._pg_cache.pop(pg_id, None)
 

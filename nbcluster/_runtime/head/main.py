@@ -20,6 +20,9 @@ from nbcluster._runtime.head.relay import ClientRelay
 from nbcluster._runtime.head.service import HeadService, HeadStore
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.head.task_state_service import TaskStateService
+from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol.ctrl import ControlAddressService, CtrlServer
+from nbcluster._runtime.protocol.protos import ctrl_pb2_grpc
 from nbcluster._runtime.protocol.protos import health_pb2_grpc as hpb_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import bind, is_loopback, make_server, pb_grpc
@@ -70,6 +73,18 @@ async def serve(args: argparse.Namespace) -> None:
     service.reachability.head_address = address["value"]
     relay = ClientRelay(session_dir, args.token_file, token, f"{args.host}:{port}")
     server.add_generic_rpc_handlers((relay.handler(),))
+    # Placement-group calls from drivers also come over a control channel (protocol/ctrl.py).
+    tls_settings = tls.current()
+    ctrl = CtrlServer(
+        token,
+        service.placement.ctrl_methods(),
+        max_frame=config.rpc_max_message_bytes,
+        ssl_context=tls.ssl_context(tls_settings, server=True) if tls_settings else None,
+    )
+    ctrl_address = ControlAddressService(
+        await ctrl.start(args.host) if config.control_channels else ""
+    )
+    ctrl_pb2_grpc.add_ControlServicer_to_server(ctrl_address, server)
     await server.start()
     if not is_loopback(args.host):
         log.warning("head listening on non-loopback address %s:%d", args.host, port)
@@ -108,6 +123,7 @@ async def serve(args: argparse.Namespace) -> None:
     service.placement.close()
     if args.parent_fd >= 0 or args.stop_nodes_on_exit:
         await service.stop_nodes()
+    await ctrl.close()
     await relay.close()
     await autoscaling.close()
     await server.stop(grace=0.5)

@@ -35,8 +35,21 @@ from typing import Any
 import grpc
 
 from nbcluster._runtime.head.state import HeadState
+from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol.ctrl import (
+    AsyncCtrlConnection,
+    CtrlBroken,
+    Method,
+    open_async,
+    token_fits,
+)
 from nbcluster._runtime.protocol.errors import RpcFailure
-from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
+from nbcluster._runtime.protocol.protos import (
+    bundles_pb2,
+    bundles_pb2_grpc,
+    ctrl_pb2,
+    ctrl_pb2_grpc,
+)
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, RetryingStub, pb
 from nbcluster._runtime.scheduling.policy import NodeView, bundle_resource_names, place_bundles
 
@@ -134,6 +147,20 @@ class PlacementGroupManager:
         return [g for g in self.pending.values() if g.pg_id not in self.placing]
 
     # -- RPCs ------------------------------------------------------------------------------
+    def ctrl_methods(self) -> dict[str, Method]:
+        """The drivers' placement-group calls, for the control channel (``protocol/ctrl.py``)."""
+
+        async def list_groups(request: pb.Empty, context: Any) -> pb.ListPlacementGroupsReply:
+            return self.list()
+
+        return {
+            "CreatePlacementGroup": (self.create, pb.CreatePlacementGroupRequest),
+            "RemovePlacementGroup": (self.remove, pb.PlacementGroupRequest),
+            "GetPlacementGroup": (self.get, pb.PlacementGroupRequest),
+            "WaitPlacementGroup": (self.wait, pb.PlacementGroupRequest),
+            "ListPlacementGroups": (list_groups, pb.Empty),
+        }
+
     async def create(
         self, request: pb.CreatePlacementGroupRequest, context: grpc.aio.ServicerContext
     ) -> pb.PlacementGroupInfo:
@@ -370,8 +397,7 @@ class PlacementGroupManager:
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            raw = bundles_pb2_grpc.BundlesStub(self.channels.channel(address))
-            stub = RetryingStub(AuthedStub(raw, self.channels.token), self.channels.retry_budget_s)
+            stub = NodeBundles(address, self.channels)
             self._stubs[address] = stub
         return stub
 
@@ -418,3 +444,77 @@ def _by_node(addresses: Iterable[str]) -> dict[str, list[int]]:
     for i, address in enumerate(addresses):
         out.setdefault(address, []).append(i)
     return out
+
+
+class NodeBundles:
+    """Bundle calls to one node manager: over its control channel (``protocol/ctrl.py``)
+    when it serves one, else over gRPC (as when the channel breaks: that call goes over
+    gRPC, with its retries, and the channel is looked up again on the next one)."""
+
+    def __init__(self, address: str, channels: Channels) -> None:
+        self.address = address
+        self.channels = channels
+        raw = bundles_pb2_grpc.BundlesStub(channels.channel(address))
+        self.grpc = RetryingStub(AuthedStub(raw, channels.token, address), channels.retry_budget_s)
+        # None: not asked yet; "": none to use (the node serves none, or the token is too
+        # long for a control channel's hello)
+        self.ctrl_address: str | None = None if token_fits(channels.token) else ""
+        self.conn: AsyncCtrlConnection | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connection(self) -> AsyncCtrlConnection | None:
+        conn = self.conn
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._lock:
+            if self.conn is not None and not self.conn.closed:
+                return self.conn
+            self.conn = None
+            if self.ctrl_address is None:
+                raw = ctrl_pb2_grpc.ControlStub(self.channels.channel(self.address))
+                stub = AuthedStub(raw, self.channels.token, self.address)
+                try:
+                    reply = await stub.ControlAddress(ctrl_pb2.ControlAddressRequest(), timeout=5)
+                except RpcFailure as err:
+                    if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        self.ctrl_address = ""  # an older node manager: gRPC only
+                    return None
+                self.ctrl_address = reply.address
+            if not self.ctrl_address:
+                return None
+            settings = tls.current()
+            try:
+                self.conn = await open_async(
+                    self.ctrl_address,
+                    self.channels.token,
+                    max_frame=self.channels.max_message_bytes,
+                    ssl_context=tls.ssl_context(settings, server=False) if settings else None,
+                    server_hostname=settings.server_name if settings else None,
+                    timeout=5,
+                )
+            except RpcFailure:
+                self.ctrl_address = None  # a restarted node listens elsewhere: ask again
+                return None
+            return self.conn
+
+    async def _call(self, method: str, request: Any, timeout: float) -> Any:
+        conn = await self._connection()
+        if conn is not None:
+            try:
+                return await conn.call(method, request, bundles_pb2.BundlesReply, timeout)
+            except CtrlBroken:
+                self.conn = None
+                self.ctrl_address = None
+        return await getattr(self.grpc, method)(request, timeout=timeout)
+
+    async def PrepareBundles(self, request: Any, timeout: float = 10) -> Any:
+        """Reserve (and, with ``commit``, commit) a group's bundles on this node."""
+        return await self._call("PrepareBundles", request, timeout)
+
+    async def CommitBundles(self, request: Any, timeout: float = 10) -> Any:
+        """Commit prepared bundles."""
+        return await self._call("CommitBundles", request, timeout)
+
+    async def CancelBundles(self, request: Any, timeout: float = 10) -> Any:
+        """Release bundles (prepared or committed)."""
+        return await self._call("CancelBundles", request, timeout)

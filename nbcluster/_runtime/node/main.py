@@ -31,7 +31,9 @@ from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote, preload_worker_modules
 from nbcluster._runtime.objects import dirs as storedirs
 from nbcluster._runtime.objects.state import StoreState
-from nbcluster._runtime.protocol.protos import bundles_pb2_grpc, transfer_pb2_grpc
+from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol.ctrl import ControlAddressService, CtrlServer
+from nbcluster._runtime.protocol.protos import bundles_pb2_grpc, ctrl_pb2_grpc, transfer_pb2_grpc
 from nbcluster._runtime.protocol.protos import jobs_pb2_grpc as jpb_grpc
 from nbcluster._runtime.protocol.rpc import Channels, bind, is_loopback, make_server, pb, pb_grpc
 
@@ -146,7 +148,20 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         NodeAgentServicer(service, session_dir / "logs"), server
     )
     transfer_pb2_grpc.add_ObjectTransferServicer_to_server(TransferService(objects), server)
-    bundles_pb2_grpc.add_BundlesServicer_to_server(BundlesService(service), server)
+    bundles = BundlesService(service)
+    bundles_pb2_grpc.add_BundlesServicer_to_server(bundles, server)
+    # The head reserves bundles over a control channel (protocol/ctrl.py) when it can.
+    tls_settings = tls.current()
+    ctrl = CtrlServer(
+        token,
+        bundles.ctrl_methods(),
+        max_frame=config.rpc_max_message_bytes,
+        ssl_context=tls.ssl_context(tls_settings, server=True) if tls_settings else None,
+    )
+    ctrl_address = ControlAddressService(
+        await ctrl.start(args.host) if config.control_channels else ""
+    )
+    ctrl_pb2_grpc.add_ControlServicer_to_server(ctrl_address, server)
     await server.start()
     service.apply(state.start())  # warm workers start while we register
     objects.refill_pool(initial=True)  # a few reusable files, allocated in the background
@@ -205,6 +220,7 @@ async def serve(args: argparse.Namespace, zygote: Zygote, death_w: int) -> None:
         monitor.cancel()
     await service.workers.stop_all()
     await link.unregister(load_reporter.leave_reason())
+    await ctrl.close()
     await server.stop(grace=0.2)
     await objects.close()
     storedirs.remove_store_dir(store_dir)

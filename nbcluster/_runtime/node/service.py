@@ -34,6 +34,7 @@ from nbcluster._runtime.node.state import (
     StartWorker,
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
+from nbcluster._runtime.protocol.ctrl import Method
 from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable, is_unavailable
 from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
@@ -521,6 +522,15 @@ class BundlesService(bundles_pb2_grpc.BundlesServicer):
 
     def __init__(self, node: NodeService) -> None:
         self.node = node
+
+    def ctrl_methods(self) -> dict[str, Method]:
+        """The same calls for the control channel (``protocol/ctrl.py``)."""
+        request = bundles_pb2.BundlesRequest
+        return {
+            "PrepareBundles": (self.PrepareBundles, request),
+            "CommitBundles": (self.CommitBundles, request),
+            "CancelBundles": (self.CancelBundles, request),
+        }
 
     async def PrepareBundles(
         self, request: bundles_pb2.BundlesRequest, context: grpc.aio.ServicerContext
