@@ -68,19 +68,28 @@ def test_calls_keep_order_across_both_paths(shared_cluster: object) -> None:
     assert sub.sent_direct > before  # the caller's thread did write some of them
 
 
-def test_full_socket_is_handed_to_the_loop(shared_cluster: object) -> None:
-    """Big calls sent faster than the actor reads them fill the socket: what the caller's
-    thread cannot write goes out from the loop, whole and in order."""
+def test_full_socket_is_handed_to_the_loop(shared_cluster: object, monkeypatch) -> None:
+    """When the socket takes only part of a frame (as when it is full), the loop writes the
+    rest, and calls made meanwhile go out after it: whole and in order."""
+    from nbcluster._runtime.core.channel import TaskChannel
+
     log = Log.remote()
     nbcluster.get(log.add.remote(-1))
     sub = _submitter()
-    blob = b"x" * (90 * 1024)  # under the inline limit: it travels in the frame
-    first = log.add.remote(0, 0.5)  # the actor is busy while the rest pile up
-    refs = [log.add.remote(blob) for _ in range(200)]
-    assert nbcluster.get(first, timeout=60) == 2
-    assert nbcluster.get(refs, timeout=120) == list(range(3, 203))
-    assert nbcluster.get(log.seen_list.remote(), timeout=30) == [-1, 0] + [len(blob)] * 200
-    assert sub.handoffs > 0, "the socket never filled: the test did not reach the handoff"
+    real = TaskChannel.send_from_thread
+
+    def half(self: TaskChannel, frame: bytes) -> int:  # the socket took only half of it
+        return real(self, frame[: len(frame) // 2])
+
+    monkeypatch.setattr(TaskChannel, "send_from_thread", half)
+    before = sub.handoffs
+    blob = b"x" * (60 * 1024)
+    for round_ in range(5):
+        refs = [log.add.remote(blob if i % 2 else round_) for i in range(20)]
+        nbcluster.get(refs, timeout=60)
+    assert sub.handoffs >= before + 5  # each round's first call was cut in two
+    seen = nbcluster.get(log.seen_list.remote(), timeout=30)
+    assert seen == [-1] + [len(blob) if i % 2 else round_ for round_ in range(5) for i in range(20)]
 
 
 def test_cancel_and_force_on_a_call_sent_from_the_thread(shared_cluster: object) -> None:

@@ -7,10 +7,12 @@ module feeds it events and carries out its instructions. Runs on the I/O loop, e
 :meth:`ActorSubmitter.submit`, :meth:`ActorSubmitter.killed` and
 :meth:`ActorSubmitter.release_when_idle`.
 
-**The caller's thread writes the call itself** when nothing can come before it: the actor
-is alive and its task channel open with nothing waiting to be written, no earlier call of
-this process to it is queued or on its way to the loop, and the call has no argument to
-wait for. Then :meth:`ActorSubmitter.submit` takes the call's place in the state machine
+**The caller's thread writes the call itself** when nothing can come before it and
+nothing is in flight: the actor is alive and its task channel open with nothing waiting to
+be written, no earlier call of this process to it is queued, on its way to the loop or
+waiting for its reply, and the call has no argument to wait for. (A call made while others
+are in flight goes the loop's way: a burst of calls then leaves in one write per wake-up
+of the loop instead of one system call per call.) Then :meth:`ActorSubmitter.submit` takes the call's place in the state machine
 (it goes straight in flight) and writes its frame to the socket from the calling thread,
 with no hop through the I/O loop; the loop only records the call afterwards. Every event
 of the state machine and every write to an actor's channel happens under one lock
@@ -131,6 +133,7 @@ class ActorSubmitter:
             conn is None
             or conn.state != ALIVE
             or not conn.stream
+            or conn.inflight  # calls in a burst leave together from the loop instead
             or conn.queue
             or conn.outbox
             or conn.writing
