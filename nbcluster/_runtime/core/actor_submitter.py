@@ -10,13 +10,13 @@ module feeds it events and carries out its instructions. Runs on the I/O loop, e
 **The caller's thread writes the call itself** when nothing can come before it and
 nothing is in flight: the actor is alive and its task channel open with nothing waiting to
 be written, no earlier call of this process to it is queued, on its way to the loop or
-waiting for its reply, and the call has no argument to wait for. (A call made while others
-are in flight goes the loop's way: a burst of calls then leaves in one write per wake-up
-of the loop instead of one system call per call.) Then :meth:`ActorSubmitter.submit` takes the call's place in the state machine
-(it goes straight in flight) and writes its frame to the socket from the calling thread,
-with no hop through the I/O loop; the loop only records the call afterwards. Every event
-of the state machine and every write to an actor's channel happens under one lock
-(:attr:`ActorSubmitter.lock`), so the two threads never reorder calls.
+waiting for its reply, and the call has no argument to wait for. Then
+:meth:`ActorSubmitter.submit` puts the call straight in flight in the state machine and
+writes its frame to the socket from the calling thread: no hop through the I/O loop, and
+no wake-up of it until the reply comes. (A call made while others are in flight goes the
+loop's way, so a burst leaves in one write per wake-up of the loop, not one system call
+per call.) Every event of the state machine and every write to an actor's channel happens
+under one lock (:attr:`ActorSubmitter.lock`), so the two threads never reorder calls.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class ActorSubmitter:
         if writable is None or not writable():
             return False
         frame = batch_frame(rec.spec.SerializeToString())
-        rec.resolved = rec.direct = True
+        rec.resolved = True
         rec.submitted_at = time.monotonic()
         conn.inflight[rec.task_id] = rec
         sent = call.send_from_thread(frame)

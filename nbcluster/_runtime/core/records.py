@@ -42,7 +42,6 @@ class TaskRecord:
         "resolved",
         "generator",
         "lineage",
-        "direct",
     )
 
     def __init__(self) -> None:
@@ -59,7 +58,6 @@ class TaskRecord:
         self.resolved = False  # arguments ready (actor calls wait in order until then)
         self.generator: Any = None  # generator tasks: their stream (core/generators.py)
         self.lineage: dict[bytes, TaskRecord] | None = None  # makers of its task-made args
-        self.direct = False  # an actor call its caller's thread wrote to the actor itself
 
 
 class KeyQueue:
