@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
-import threading
+import time
 import types
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -170,10 +170,10 @@ class ObjectRef:
             except KeyboardInterrupt:
                 # Ctrl-C landed in this finalizer, where Python would print and drop it
                 # ("Exception ignored in"): deliver it to the main thread again, a moment
-                # later (once this finalizer has returned).
-                timer = threading.Timer(0.05, _thread.interrupt_main)
-                timer.daemon = True
-                timer.start()
+                # later (once this finalizer has returned). A bare thread: starting a
+                # threading.Timer waits here for it to run, and on a loaded machine the
+                # interrupt could come back while this finalizer still waits, and be lost.
+                _thread.start_new_thread(_interrupt_main_soon, ())
             except Exception:  # noqa: BLE001 - never raise from __del__
                 pass
 
@@ -193,6 +193,13 @@ async def get_async(ref: ObjectRef) -> Any:
     if getter is not None:
         return await getter(ref)
     return await asyncio.wrap_future(client.as_future(ref))
+
+
+def _interrupt_main_soon() -> None:
+    """Raise ``KeyboardInterrupt`` in the main thread after a moment (a finalizer's
+    interrupt, delivered again once the finalizer has returned)."""
+    time.sleep(0.05)
+    _thread.interrupt_main()
 
 
 def _known_owner(client: Any, object_id: bytes) -> tuple[str, bool]:
