@@ -31,10 +31,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _harness import format_table, run_child, start_ray
 
 NUM_CPUS = 2
 LABELS = {"nbcluster": "nbcluster", "ray": "Ray"}
@@ -112,15 +112,7 @@ def start(system: str) -> Any:
 
         nbcluster.init(num_cpus=NUM_CPUS)
         return nbcluster
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    kwargs = dict(num_cpus=NUM_CPUS, include_dashboard=False, logging_level=logging.WARNING)
-    try:  # keep Ray's traffic on loopback, as ours is
-        ray.init(_node_ip_address="127.0.0.1", **kwargs)
-    except TypeError:
-        ray.init(**kwargs)
-    return ray
+    return start_ray(NUM_CPUS)
 
 
 def point(system: str, n: int, settle_s: float, idle_s: float) -> dict[str, Any]:
@@ -205,46 +197,21 @@ def grpc_floor(settle_s: float, idle_s: float) -> dict[str, float]:
     return {"wakeups_per_s": (sw1 - sw0) / idle_s, "cpu_pct": 100 * (cpu1 - cpu0) / idle_s}
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def measure(
     system: str, n: int, settle_s: float, idle_s: float, timeout: int, log: Path
 ) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix="nbc-actors-", suffix=".json")[1])
-    cmd = [sys.executable, os.path.abspath(__file__), "--_point", system, str(n), str(out)]
-    cmd += ["--settle-s", str(settle_s), "--idle-s", str(idle_s)]
+    args = ["--_point", system, str(n), str(out), "--settle-s", str(settle_s)]
+    args += ["--idle-s", str(idle_s)]
     print(f"[{system}] {n:,} actors ...", file=sys.stderr, flush=True)
     t = time.perf_counter()
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            rc = None
-    # The child leads its own process group: end whatever it left behind (by group id).
-    deadline = time.monotonic() + (0 if rc is None else 15)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    run = run_child(__file__, args, timeout_s=timeout, logfile=log, grace_s=15)
     try:
         text = out.read_text()
     finally:
         out.unlink(missing_ok=True)
-    if rc != 0 or not text:
-        res: dict[str, Any] = {"error": f"{'timed out' if rc is None else f'exited {rc}'}"}
+    if run.returncode != 0 or not text:
+        res: dict[str, Any] = {"error": run.why}
     else:
         res = json.loads(text)
     print(f"[{system}] {n:,}: {res} ({time.perf_counter() - t:.1f} s)", file=sys.stderr)
@@ -314,15 +281,7 @@ def render(points: dict[str, dict[str, Any]], names: dict[str, str]) -> str:
         if "nbcluster@big" in points:
             row.append(fmt(points["nbcluster@big"].get(key)))
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    out = []
-    for i, r in enumerate(rows):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
-        out.append("  ".join(cells).rstrip())
-        if i == 0:
-            out.append("-" * len(out[0]))
-    return "\n".join(out)
+    return "\n".join(format_table(rows))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,24 +21,28 @@ shared machines; only ratios measured in the same run mean anything.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib.metadata
-import importlib.util
-import json
-import logging
-import os
-import platform
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from _harness import (
+    SystemAdapter,
+    bench_parser,
+    better,
+    finish,
+    fmt,
+    format_table,
+    measure_all,
+    new_report,
+    note_lines,
+    record_workload,
+    select_systems,
+    start_ray,
+    versions_line,
+)
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray")
@@ -72,19 +76,7 @@ class Sizes:
 # --------------------------------------------------------------------------- adapters
 
 
-class Adapter:
-    name = ""
-    module = ""
-
-    def version(self) -> str:
-        """Raise ImportError when not installed. Imports nothing: the parent stays clean."""
-        if importlib.util.find_spec(self.module) is None:
-            raise ImportError(f"No module named {self.module!r}")
-        try:
-            return importlib.metadata.version(self.module)
-        except importlib.metadata.PackageNotFoundError:
-            return "(source tree)"
-
+class Adapter(SystemAdapter):
     def start(self) -> None:
         raise NotImplementedError
 
@@ -138,15 +130,7 @@ class RayAdapter(Adapter):
     module = "ray"
 
     def start(self) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
-
-        self.ray = ray
-        kwargs = dict(num_cpus=NUM_CPUS, include_dashboard=False, logging_level=logging.WARNING)
-        try:  # keep Ray's traffic on loopback, as ours is
-            ray.init(_node_ip_address="127.0.0.1", **kwargs)
-        except TypeError:
-            ray.init(**kwargs)
+        self.ray = start_ray(NUM_CPUS)
 
     def stop(self) -> None:
         self.ray.shutdown()
@@ -195,10 +179,6 @@ def median_us(fn: Callable[[int], None], warmup: int, n: int, budget_s: float) -
     return statistics.median(times) * 1e6
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def child(system: str, out: str, s: Sizes) -> None:
     import numpy as np
 
@@ -207,16 +187,7 @@ def child(system: str, out: str, s: Sizes) -> None:
     dag = a.build()
 
     def run(key: str, fn: Callable[[], float]) -> None:
-        log(f"[{system}] {key} ...")
-        try:
-            value = fn()
-        except Exception as e:  # a broken workload must not hide the others
-            record = {"key": key, "error": f"{type(e).__name__}: {e}"[:300]}
-        else:
-            record = {"key": key, "value": value}
-        with open(out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        log(f"[{system}] {record}")
+        record_workload(system, out, key, fn)
 
     def uncompiled(i: int) -> None:
         assert a.get(dag.execute(i)) == i + 2
@@ -259,61 +230,6 @@ def child(system: str, out: str, s: Sizes) -> None:
 # --------------------------------------------------------------------------- parent
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def run_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"results": {}, "errors": {}}
-    try:
-        entry["version"] = ADAPTERS[system]().version()
-    except Exception as e:  # ImportError, or a half-written package
-        entry["status"] = "not installed"
-        log(f"[{system}] not installed ({type(e).__name__}: {e})")
-        return entry
-    entry["status"] = "ok"
-    out = workdir / f"{system}.jsonl"
-    logfile = workdir / f"{system}.log"
-    entry["log"] = str(logfile)
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", system, "--_out", str(out)]
-    if quick:
-        cmd.append("--quick")
-    with open(logfile, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=s.system_timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-    # The child leads its own process group: end whatever it left behind (by group id).
-    deadline = time.monotonic() + (0 if rc is None else 10)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            if "value" in rec:
-                entry["results"][rec["key"]] = rec["value"]
-            else:
-                entry["errors"][rec["key"]] = rec["error"]
-    if rc != 0:
-        entry["errors"]["run"] = (
-            f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
-        )
-    return entry
-
-
 #: (key, label, unit, higher is better)
 ROWS = [
     ("compiled", "compiled round trip, 2-actor chain", "µs", False),
@@ -321,16 +237,6 @@ ROWS = [
     ("pipelined", "compiled, 10 in flight", "exec/s", True),
     ("big", "compiled round trip, 1 MB array", "µs", False),
 ]
-
-
-def fmt(v: float | None) -> str:
-    if v is None:
-        return ""
-    if v >= 100:
-        return f"{v:,.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -351,19 +257,9 @@ def render(report: dict[str, Any]) -> str:
                 cells.append("err")
             else:
                 cells.append(fmt(v))
-        nb, ray = values[key]["nbcluster"], values[key]["ray"]
-        ratio = ""
-        if nb and ray:
-            ratio = f"{fmt(nb / ray if higher else ray / nb)}×"
-        table.append([label, unit, *cells, ratio])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    out = []
-    for n, r in enumerate(table):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("-" * len(out[0]))
+        ratio = better(values[key]["nbcluster"], values[key]["ray"], higher)
+        table.append([label, unit, *cells, f"{fmt(ratio)}×" if ratio else ""])
+    out = format_table(table)
     out.append("")
     out.append(
         "×Ray = how many times better nbcluster is, measured in this run (>1: nbcluster wins)."
@@ -375,69 +271,35 @@ def render(report: dict[str, Any]) -> str:
         out.append(f"target: compiled round trip >= {TARGET:g}× faster than Ray's: {met}")
     if nb_c and nb_u:
         out.append(f"nbcluster compiled vs uncompiled: {fmt(nb_u / nb_c)}× faster")
-    vers = ", ".join(
-        f"{LABELS[k]} {v.get('version', '')}".strip()
-        + ("" if v["status"] == "ok" else f" ({v['status']})")
-        for k, v in systems.items()
-    )
-    out.append(f"systems: {vers}")
+    out.append(versions_line(systems, LABELS))
     m = report["machine"]
     out.append(
         f"machine: {m['cpus']} CPUs, {m['cpu']}, Python {m['python']}; "
         f"each system: one node with {NUM_CPUS} CPUs"
         + (", --quick sizes" if report["quick"] else "")
     )
-    for k, v in systems.items():
-        for key, msg in v.get("errors", {}).items():
-            out.append(f"  - {LABELS[k]} {key} failed: {msg}")
+    out += note_lines(systems, LABELS)
     return "\n".join(out)
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "time": time.ctime(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--only", help="comma-separated: nbcluster,ray")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    parser.add_argument("--_out", help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
+    ns = bench_parser(__doc__, SYSTEMS).parse_args(argv)
     sizes = Sizes.quick() if ns.quick else Sizes()
     if ns._child:
         child(ns._child, ns._out, sizes)
         return 0
-    systems = [x.strip().lower() for x in ns.only.split(",")] if ns.only else list(SYSTEMS)
-    for name in systems:
-        if name not in SYSTEMS:
-            raise SystemExit(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
-    report: dict[str, Any] = {
-        "quick": ns.quick,
-        "machine": machine_info(),
-        "sizes": vars(sizes),
-        "systems": {},
-    }
-    workdir = Path(tempfile.mkdtemp(prefix="nbcluster-compiledbench-"))
-    for name in systems:
-        report["systems"][name] = run_system(name, sizes, workdir, ns.quick)
-    print(render(report))
-    print(f"logs: {workdir}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"results written to {ns.json}")
+    systems = select_systems(ns.only, SYSTEMS)
+    report = new_report(ns.quick, sizes)
+    workdir = measure_all(
+        __file__,
+        report,
+        systems,
+        ADAPTERS,
+        prefix="nbcluster-compiledbench-",
+        timeout_s=sizes.system_timeout_s,
+        flags=["--quick"] if ns.quick else [],
+    )
+    finish(render(report), workdir, report, ns.json)
     return 0
 
 

@@ -37,9 +37,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -47,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _harness import init_ray, run_child
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray", "floor")
@@ -205,21 +204,12 @@ def run_dataset_system(name: str, data_dir: Path, sizes: Sizes, rss: PeakRSS) ->
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         # On a loaded machine the raylet gives up waiting for its agent after 30 s.
         os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
-        import ray
         import ray.data as rd
 
         temp = tempfile.mkdtemp(prefix="ray-")  # its own session dir: no clash with other Rays
-        for attempt in range(3):  # Ray's start-up times out on a loaded machine
-            try:
-                ray.init(
-                    num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=False, _temp_dir=temp
-                )
-                break
-            except Exception:  # noqa: BLE001 - retried, then raised
-                if attempt == 2:
-                    raise
-                with contextlib.suppress(Exception):
-                    ray.shutdown()
+        ray = init_ray(
+            num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=False, _temp_dir=temp
+        )
         rd.DataContext.get_current().enable_progress_bars = False
     else:
         import nbcluster
@@ -380,36 +370,20 @@ def run_system(
 ) -> dict[str, float] | str:
     out_file = logs / f"{system}.json"
     log = logs / f"{system}.log"
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        system,
-        "--data",
-        str(data_dir),
-        "--out",
-        str(out_file),
-    ]
+    args = ["--child", system, "--data", str(data_dir), "--out", str(out_file)]
     if quick:
-        cmd.append("--quick")
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            proc.wait(timeout=sizes.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            partial = json.loads(out_file.read_text()) if out_file.exists() else {}
-            partial["note"] = (
-                f"timed out after {sizes.timeout_s}s; rows shown '-' did not finish (log: {log})"
-            )
-            return partial  # type: ignore[no-any-return]
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # anything the child left behind
-    if proc.returncode != 0:
+        args.append("--quick")
+    # grace 0: the group is killed as soon as the child is done (anything it left behind)
+    run = run_child(__file__, args, timeout_s=sizes.timeout_s, logfile=log, grace_s=0)
+    if run.returncode is None:
         partial = json.loads(out_file.read_text()) if out_file.exists() else {}
-        partial["note"] = f"exit {proc.returncode}; rows shown '-' failed (log: {log})"
+        partial["note"] = (
+            f"timed out after {sizes.timeout_s}s; rows shown '-' did not finish (log: {log})"
+        )
+        return partial  # type: ignore[no-any-return]
+    if run.returncode != 0:
+        partial = json.loads(out_file.read_text()) if out_file.exists() else {}
+        partial["note"] = f"exit {run.returncode}; rows shown '-' failed (log: {log})"
         return partial  # type: ignore[no-any-return]
     if not out_file.exists():
         return f"no results (log: {log})"

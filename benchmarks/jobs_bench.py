@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _harness import SystemAdapter, format_table, free_port, record_workload, run_system
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray")
@@ -59,16 +58,6 @@ class Sizes:
     @classmethod
     def quick(cls) -> Sizes:
         return cls(jobs=3, tasks=50, workers=2, system_timeout_s=600)
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def local_index() -> str | None:
@@ -100,18 +89,7 @@ def pip_spec() -> dict[str, Any]:
 # --------------------------------------------------------------------------- adapters
 
 
-class Adapter:
-    name = ""
-    module = ""
-
-    def version(self) -> str:
-        if importlib.util.find_spec(self.module) is None:
-            raise ImportError(f"No module named {self.module!r}")
-        try:
-            return importlib.metadata.version(self.module)
-        except importlib.metadata.PackageNotFoundError:
-            return "(source tree)"
-
+class Adapter(SystemAdapter):
     # jobs
     def submit(self, entrypoint: str) -> str: ...
     def status(self, sid: str) -> str: ...
@@ -292,18 +270,7 @@ def child(system: str, out: str, s: Sizes) -> None:
     pip = pip_spec()
 
     def run(key: str, fn: Callable[[], Any]) -> None:
-        log(f"[{system}] {key} ...")
-        try:
-            value = fn()
-        except Exception as e:  # a broken workload must not hide the others
-            records = [{"key": key, "error": f"{type(e).__name__}: {e}"[:300]}]
-        else:
-            items = value.items() if isinstance(value, dict) else [(key, value)]
-            records = [{"key": k, "value": v} for k, v in items]
-        with open(out, "a") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-        log(f"[{system}] {records}")
+        record_workload(system, out, key, fn, expand=True)
 
     run("jobs", lambda: w_jobs(a, s))
     run("round_trips", lambda: w_round_trips(a, s, {"working_dir": str(wd)}))
@@ -324,58 +291,17 @@ def child(system: str, out: str, s: Sizes) -> None:
 # --------------------------------------------------------------------------- parent
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def run_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"results": {}, "errors": {}}
-    try:
-        entry["version"] = ADAPTERS[system]().version()
-    except Exception as e:  # ImportError, or a half-written package
-        entry["status"] = "not installed"
-        log(f"[{system}] not installed ({type(e).__name__}: {e})")
-        return entry
-    entry["status"] = "ok"
-    out = workdir / f"{system}.jsonl"
-    logfile = workdir / f"{system}.log"
-    entry["log"] = str(logfile)
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", system, "--_out", str(out)]
-    if quick:
-        cmd.append("--quick")
-    with open(logfile, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=s.system_timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-    deadline = time.monotonic() + (0 if rc is None else 15)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):  # the child leads its own group: end what it left behind
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            if "value" in rec:
-                entry["results"][rec["key"]] = rec["value"]
-            else:
-                entry["errors"][rec["key"]] = rec["error"]
-    if rc != 0:
-        entry["errors"]["run"] = (
-            f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
-        )
-    return entry
+def measure(system: str, s: Sizes, workdir: Path, quick: bool) -> dict[str, Any]:
+    """One system's entry of the report, from a fresh child (see ``_harness.run_system``)."""
+    return run_system(
+        __file__,
+        system,
+        ADAPTERS[system]().version,
+        workdir=workdir,
+        timeout_s=s.system_timeout_s,
+        flags=["--quick"] if quick else [],
+        grace_s=15,
+    )
 
 
 ROWS = [
@@ -418,15 +344,7 @@ def render(report: dict[str, Any]) -> str:
             elif key == "start_pip" and nb.get("start_plain") is not None:
                 met = "yes" if v - nb["start_plain"] <= 0.100 else "no"
         table.append([label, unit, *cells, ratio, target, met])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    lines = []
-    for n, r in enumerate(table):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:5], widths[2:5], strict=True)]
-        cells += [r[5].ljust(widths[5]), r[6]]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("-" * len(lines[0]))
+    lines = format_table(table, right=slice(2, 5))
     lines.append("")
     lines.append(
         "×Ray = Ray's time / nbcluster's time, measured in this run (>1: nbcluster is faster)."
@@ -464,7 +382,7 @@ def main() -> None:
     for system in [x for x in args.only.split(",") if x]:
         if system not in ADAPTERS:
             raise SystemExit(f"unknown system {system!r}; choose from {', '.join(SYSTEMS)}")
-        report["systems"][system] = run_system(system, s, workdir, args.quick)
+        report["systems"][system] = measure(system, s, workdir, args.quick)
     print(render(report))
     print(f"\nlogs: {workdir}")
     if args.json:

@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
-import importlib.util
 import json
-import logging
 import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,8 +28,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Only the standard library is imported at module level: the cold-start child re-runs this file,
-# and its import time should be the system's, not ours. numpy and psutil are imported lazily.
+from _harness import (
+    SystemAdapter,
+    finish,
+    format_table,
+    log,
+    machine_info,
+    new_report,
+    read_records,
+    run_child,
+    start_ray,
+    tail,
+    versions_line,
+)
+
+# Only the standard library (and _harness, which imports only the standard library) is imported
+# at module level: the cold-start child re-runs this file, and its import time should be the
+# system's, not ours. numpy and psutil are imported lazily.
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray", "dask", "processpool")
@@ -144,25 +155,10 @@ class NotSupported(Exception):
     """The system has no equivalent of this operation: the table shows n/a."""
 
 
-class Adapter:
+class Adapter(SystemAdapter):
     """One system behind the same small interface. Subclasses override what they support."""
 
-    name = ""
-    notes: dict[str, str] = {}
-
     module: str | None = None  # what must be importable (None: only the standard library)
-    dist: str | None = None  # the distribution whose version is shown
-
-    def version(self) -> str:
-        """Raise ImportError when not installed. Imports nothing: the parent stays clean."""
-        if self.module is None:
-            return "python " + platform.python_version()
-        if importlib.util.find_spec(self.module) is None:
-            raise ImportError(f"No module named {self.module!r}")
-        try:
-            return importlib.metadata.version(self.dist or self.module)
-        except importlib.metadata.PackageNotFoundError:
-            return "(source tree)"
 
     def start(self, num_cpus: int) -> None:
         raise NotImplementedError
@@ -263,15 +259,7 @@ class RayAdapter(Adapter):
     module = "ray"
 
     def start(self, num_cpus):
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reporting home, no prompt
-        import ray
-
-        self.ray = ray
-        kwargs = dict(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
-        try:  # keep Ray's traffic on loopback, as ours is
-            ray.init(_node_ip_address="127.0.0.1", **kwargs)
-        except TypeError:
-            ray.init(**kwargs)
+        self.ray = start_ray(num_cpus)
 
     def stop(self):
         self.ray.shutdown()
@@ -637,58 +625,6 @@ def child_suite(system: str, out: str, s: Sizes) -> None:
 # --------------------------------------------------------------------------- parent
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _group_members(pgid: int) -> list[int]:
-    import psutil
-
-    members = []
-    for p in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if os.getpgid(p.pid) == pgid:
-                members.append(p.pid)
-    return members
-
-
-def _run_child(args: list[str], timeout: float, logfile: Path) -> tuple[int | None, float]:
-    """Run this script as a child in its own process group; end that group if it overstays.
-
-    Returns (exit code or None on timeout, monotonic start time).
-    """
-    cmd = [sys.executable, os.path.abspath(__file__), *args]
-    with open(logfile, "ab") as logf:
-        t0 = now()
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            rc = None
-    pgid = proc.pid  # the child leads its own group (start_new_session)
-    grace = time.monotonic() + (0 if rc is None else 10)
-    while _group_members(pgid) and time.monotonic() < grace:
-        time.sleep(0.2)
-    if _group_members(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        proc.wait()
-    return rc, t0
-
-
-def _read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-    return "\n".join("    " + ln for ln in lines[-n:])
-
-
 def measure_memcpy(nbytes: int, reps: int = 10) -> float:
     import numpy as np
 
@@ -720,31 +656,38 @@ def measure_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict:
     for i in range(s.cold_reps if _selected("cold_start_s") else 0):
         out = workdir / f"{system}-cold-{i}.jsonl"
         log(f"[{system}] cold start {i + 1}/{s.cold_reps} ...")
-        rc, t0 = _run_child(["--_cold", system, "--_out", str(out), *flag], 180, logfile)
-        recs = _read_records(out)
+        run = run_child(
+            __file__, ["--_cold", system, "--_out", str(out), *flag], timeout_s=180, logfile=logfile
+        )
+        recs = read_records(out)
         if recs:
-            colds.append(recs[0]["first_result_at"] - t0)
+            colds.append(recs[0]["first_result_at"] - run.started)
             log(f"[{system}] cold start: {colds[-1]:.3f} s")
         else:
+            rc = run.returncode
             entry["errors"]["cold_start_s"] = f"child exited {rc}; log: {logfile}"
-            log(f"[{system}] cold start failed (exit {rc}):\n{_tail(logfile)}")
+            log(f"[{system}] cold start failed (exit {rc}):\n{tail(logfile)}")
             break
     if colds:
         entry["results"]["cold_start_s"] = statistics.median(colds)
 
     out = workdir / f"{system}-suite.jsonl"
-    rc, _ = _run_child(["--_suite", system, "--_out", str(out), *flag], s.system_timeout_s, logfile)
-    for rec in _read_records(out):
+    run = run_child(
+        __file__,
+        ["--_suite", system, "--_out", str(out), *flag],
+        timeout_s=s.system_timeout_s,
+        logfile=logfile,
+    )
+    for rec in read_records(out):
         if "value" in rec:
             entry["results"][rec["key"]] = rec["value"]
         elif "na" in rec:
             entry["na"][rec["key"]] = rec["na"]
         else:
             entry["errors"][rec["key"]] = rec["error"]
-    if rc != 0:
-        why = "timed out" if rc is None else f"exited {rc}"
-        entry["errors"]["suite"] = f"child {why}; log: {logfile}"
-        log(f"[{system}] suite {why}:\n{_tail(logfile)}")
+    if run.returncode != 0:
+        entry["errors"]["suite"] = f"child {run.why}; log: {logfile}"
+        log(f"[{system}] suite {run.why}:\n{tail(logfile)}")
     return entry
 
 
@@ -886,26 +829,14 @@ def render(report: dict, s: Sizes) -> str:
     memcpy = [f"memcpy of {s.put_bytes // 2**20} MB", "GB/s", fmt(report["memcpy_GBps"])]
     table.append(memcpy + [""] * (len(head) - len(memcpy)))
 
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    out = []
-    for n, r in enumerate(table):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("-" * len(out[0]))
+    out = format_table(table)
 
     out.append("")
     out.append(
         "×Peer = how many times better nbcluster is (>1: nbcluster wins); "
         "target = DESIGN.md §8, against Ray in this run."
     )
-    vers = ", ".join(
-        f"{LABELS[k]} {v.get('version', '')}".strip()
-        + ("" if v["status"] == "ok" else f" ({v['status']})")
-        for k, v in systems.items()
-    )
-    out.append(f"systems: {vers}")
+    out.append(versions_line(systems, LABELS))
     m = report["machine"]
     out.append(
         f"machine: {m['cpus']} CPUs, {m['cpu']}, Python {m['python']}, "
@@ -926,20 +857,13 @@ def render(report: dict, s: Sizes) -> str:
     return "\n".join(out)
 
 
-def machine_info() -> dict:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
+def machine_facts() -> dict:
+    """``_harness.machine_info`` with the platform, and the time as YYYY-MM-DD HH:MM:SS."""
+    info = machine_info()
+    del info["time"]  # the keys in the order they always had
+    info["platform"] = platform.platform()
+    info["time"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    return info
 
 
 def parse_only(text: str | None) -> list[str]:
@@ -980,22 +904,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     systems = parse_only(ns.only)
-    report: dict[str, Any] = {
-        "quick": ns.quick,
-        "machine": machine_info(),
-        "sizes": vars(sizes),
-        "systems": {},
-    }
+    report = new_report(ns.quick, sizes, machine_facts())
     report["memcpy_GBps"] = measure_memcpy(sizes.put_bytes)
     log(f"memcpy of {sizes.put_bytes // 2**20} MB: {report['memcpy_GBps']:.2f} GB/s")
     workdir = Path(tempfile.mkdtemp(prefix="nbcluster-bench-"))
     for system in systems:
         report["systems"][system] = measure_system(system, sizes, workdir, ns.quick)
-    print(render(report, sizes))
-    print(f"logs: {workdir}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"results written to {ns.json}")
+    finish(render(report, sizes), workdir, report, ns.json)
     return 0
 
 

@@ -22,23 +22,28 @@ ratios measured in the same run mean anything. A system that is not installed sh
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.metadata
-import importlib.util
-import json
-import logging
-import os
-import platform
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from _harness import (
+    SystemAdapter,
+    bench_parser,
+    better,
+    finish,
+    fmt,
+    format_table,
+    measure_all,
+    new_report,
+    note_lines,
+    record_workload,
+    select_systems,
+    start_ray,
+    versions_line,
+)
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray")
@@ -72,20 +77,7 @@ class Sizes:
 # --------------------------------------------------------------------------- adapters
 
 
-class Adapter:
-    name = ""
-    module = ""
-    notes: dict[str, str] = {}
-
-    def version(self) -> str:
-        """Raise ImportError when not installed. Imports nothing: the parent stays clean."""
-        if importlib.util.find_spec(self.module) is None:
-            raise ImportError(f"No module named {self.module!r}")
-        try:
-            return importlib.metadata.version(self.module)
-        except importlib.metadata.PackageNotFoundError:
-            return "(source tree)"
-
+class Adapter(SystemAdapter):
     def start(self) -> None:
         raise NotImplementedError
 
@@ -135,20 +127,11 @@ class RayAdapter(Adapter):
     }
 
     def start(self) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         import importlib
 
-        import ray
-
+        self.ray = start_ray(NUM_CPUS)
         # ray.util.placement_group is also the name of a function: import the module by path
-        pgmod = importlib.import_module("ray.util.placement_group")
-
-        self.ray, self.pgmod = ray, pgmod
-        kwargs = dict(num_cpus=NUM_CPUS, include_dashboard=False, logging_level=logging.WARNING)
-        try:  # keep Ray's traffic on loopback, as ours is
-            ray.init(_node_ip_address="127.0.0.1", **kwargs)
-        except TypeError:
-            ray.init(**kwargs)
+        self.pgmod = importlib.import_module("ray.util.placement_group")
 
     def stop(self) -> None:
         self.ray.shutdown()
@@ -232,25 +215,12 @@ def w_batch(a: Adapter, s: Sizes) -> float:
     return sorted(rates)[len(rates) // 2]
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def child(system: str, out: str, s: Sizes) -> None:
     a = ADAPTERS[system]()
     a.start()
 
     def run(key: str, fn: Callable[[], float]) -> None:
-        log(f"[{system}] {key} ...")
-        try:
-            value = fn()
-        except Exception as e:  # a broken workload must not hide the others
-            record = {"key": key, "error": f"{type(e).__name__}: {e}"[:300]}
-        else:
-            record = {"key": key, "value": value}
-        with open(out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        log(f"[{system}] {record}")
+        record_workload(system, out, key, fn)
 
     cpu: dict[str, float] = {}
     run("seq1", lambda: w_sequential(a, 1, "PACK", s.seq_n, s, cpu))
@@ -263,61 +233,6 @@ def child(system: str, out: str, s: Sizes) -> None:
 # --------------------------------------------------------------------------- parent
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def run_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"results": {}, "errors": {}}
-    try:
-        entry["version"] = ADAPTERS[system]().version()
-    except Exception as e:  # ImportError, or a half-written package
-        entry["status"] = "not installed"
-        log(f"[{system}] not installed ({type(e).__name__}: {e})")
-        return entry
-    entry["status"] = "ok"
-    out = workdir / f"{system}.jsonl"
-    logfile = workdir / f"{system}.log"
-    entry["log"] = str(logfile)
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", system, "--_out", str(out)]
-    if quick:
-        cmd.append("--quick")
-    with open(logfile, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=s.system_timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-    # The child leads its own process group: end whatever it left behind (by group id).
-    deadline = time.monotonic() + (0 if rc is None else 10)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            if "value" in rec:
-                entry["results"][rec["key"]] = rec["value"]
-            else:
-                entry["errors"][rec["key"]] = rec["error"]
-    if rc != 0:
-        entry["errors"]["run"] = (
-            f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
-        )
-    return entry
-
-
 def rows(s: Sizes) -> list[tuple[str, str, str]]:
     """(key, label, unit): rates in groups/s (higher is better), CPU in ms (lower is)."""
     return [
@@ -326,16 +241,6 @@ def rows(s: Sizes) -> list[tuple[str, str, str]]:
         ("batch", f"{s.batch_n} groups created, then all removed", "groups/s"),
         ("cpu1", "CPU per 1-bundle cycle, all processes", "ms"),
     ]
-
-
-def fmt(v: float | None) -> str:
-    if v is None:
-        return ""
-    if v >= 100:
-        return f"{v:,.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
 
 
 def render(report: dict[str, Any], s: Sizes) -> str:
@@ -355,90 +260,43 @@ def render(report: dict[str, Any], s: Sizes) -> str:
                 cells.append("err")
             else:
                 cells.append(fmt(v))
-        nb, ray = values["nbcluster"], values["ray"]
-        better = (nb / ray if unit == "groups/s" else ray / nb) if nb and ray else None
-        ratio = f"{fmt(better)}×" if better else ""
-        table.append([label, unit, *cells, ratio])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    out = []
-    for n, r in enumerate(table):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:], widths[2:], strict=True)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("-" * len(out[0]))
+        ratio = better(values["nbcluster"], values["ray"], unit == "groups/s")
+        table.append([label, unit, *cells, f"{fmt(ratio)}×" if ratio else ""])
+    out = format_table(table)
     out.append("")
     out.append(
         "×Ray = nbcluster's rate / Ray's rate (for CPU: Ray's / nbcluster's), measured in "
         "this run (>1: nbcluster wins)."
     )
-    vers = ", ".join(
-        f"{LABELS[k]} {v.get('version', '')}".strip()
-        + ("" if v["status"] == "ok" else f" ({v['status']})")
-        for k, v in systems.items()
-    )
-    out.append(f"systems: {vers}")
+    out.append(versions_line(systems, LABELS))
     m = report["machine"]
     out.append(
         f"machine: {m['cpus']} CPUs, {m['cpu']}, Python {m['python']}; "
         f"each system: one node with {NUM_CPUS} CPUs"
         + (", --quick sizes" if report["quick"] else "")
     )
-    for k, v in systems.items():
-        if v.get("status") != "ok":
-            continue
-        for note in ADAPTERS[k].notes.values():
-            out.append(f"  - {note}")
-        for key, msg in v["errors"].items():
-            out.append(f"  - {LABELS[k]} {key} failed: {msg}")
+    out += note_lines(systems, LABELS, lambda k: ADAPTERS[k].notes.values())
     return "\n".join(out)
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "time": time.ctime(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--only", help="comma-separated: nbcluster,ray")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    parser.add_argument("--_out", help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
+    ns = bench_parser(__doc__, SYSTEMS).parse_args(argv)
     sizes = Sizes.quick() if ns.quick else Sizes()
     if ns._child:
         child(ns._child, ns._out, sizes)
         return 0
-    systems = [x.strip().lower() for x in ns.only.split(",")] if ns.only else list(SYSTEMS)
-    for name in systems:
-        if name not in SYSTEMS:
-            raise SystemExit(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
-    report: dict[str, Any] = {
-        "quick": ns.quick,
-        "machine": machine_info(),
-        "sizes": vars(sizes),
-        "systems": {},
-    }
-    workdir = Path(tempfile.mkdtemp(prefix="nbcluster-pgbench-"))
-    for name in systems:
-        report["systems"][name] = run_system(name, sizes, workdir, ns.quick)
-    print(render(report, sizes))
-    print(f"logs: {workdir}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"results written to {ns.json}")
+    systems = select_systems(ns.only, SYSTEMS)
+    report = new_report(ns.quick, sizes)
+    workdir = measure_all(
+        __file__,
+        report,
+        systems,
+        ADAPTERS,
+        prefix="nbcluster-pgbench-",
+        timeout_s=sizes.system_timeout_s,
+        flags=["--quick"] if ns.quick else [],
+    )
+    finish(render(report, sizes), workdir, report, ns.json)
     return 0
 
 

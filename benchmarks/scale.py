@@ -25,18 +25,17 @@ Absolute figures drift on a shared machine; the shape is what this measures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _harness import format_table, run_child
 
 
 @dataclass
@@ -245,47 +244,16 @@ SERIES = [
 ]
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
 def measure(series: str, size: int, extra: int, timeout: int, log: Path) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix="nbc-scale-", suffix=".json")[1])
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--_point",
-        series,
-        str(size),
-        str(extra),
-        str(out),
-    ]
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            rc = None
-    deadline = time.monotonic() + (0 if rc is None else 10)
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    _kill_group(proc.pid)
-    if rc is None:
-        proc.wait()
+    args = ["--_point", series, str(size), str(extra), str(out)]
+    run = run_child(__file__, args, timeout_s=timeout, logfile=log)
     try:
         text = out.read_text()
     finally:
         out.unlink(missing_ok=True)
-    if rc != 0 or not text:
-        why = "timed out" if rc is None else f"exited {rc}"
-        return {"error": f"{why}; log: {log}"}
+    if run.returncode != 0 or not text:
+        return {"error": f"{run.why}; log: {log}"}
     return json.loads(text)
 
 
@@ -335,14 +303,7 @@ def render(results: dict[str, dict[int, dict[str, Any]]], s: Sizes) -> str:
                 [label, *[fmt(v) for v in vals], "" if k is None else f"{k:+.2f}", verdict(k, kind)]
             )
         errors = [f"{n:,}: {points[n]['error']}" for n in sizes if "error" in points[n]]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        for i, r in enumerate(rows):
-            cells = [r[0].ljust(widths[0])] + [
-                c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
-            ]
-            lines.append("  " + "  ".join(cells).rstrip())
-            if i == 0:
-                lines.append("  " + "-" * (sum(widths) + 2 * (len(widths) - 1)))
+        lines += format_table(rows, right=slice(1, None), indent="  ", full_rule=True)
         lines += [f"  ! {e}" for e in errors]
         lines.append("")
     lines.append(

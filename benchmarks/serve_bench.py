@@ -33,26 +33,30 @@ handle p50 ≤ 1 ms, HTTP p50 ≤ 2 ms, redeploy ≤ 1 s with no failed request.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.metadata
-import importlib.util
-import json
-import logging
-import os
-import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from _harness import (
+    SystemAdapter,
+    bench_parser,
+    finish,
+    fmt,
+    format_table,
+    free_port,
+    measure_all,
+    new_report,
+    note_lines,
+    record_workload,
+    select_systems,
+    start_ray,
+    versions_line,
+)
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray")
@@ -81,28 +85,10 @@ class Sizes:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # --------------------------------------------------------------------------- adapters
 
 
-class Adapter:
-    name = ""
-    module = ""
-
-    def version(self) -> str:
-        """Raise ImportError when not installed. Imports nothing: the parent stays clean."""
-        if importlib.util.find_spec(self.module) is None:
-            raise ImportError(f"No module named {self.module!r}")
-        try:
-            return importlib.metadata.version(self.module)
-        except importlib.metadata.PackageNotFoundError:
-            return "(source tree)"
-
+class Adapter(SystemAdapter):
     def init(self) -> None:
         raise NotImplementedError
 
@@ -152,15 +138,7 @@ class RayAdapter(Adapter):
     module = "ray"
 
     def init(self) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
-
-        self.ray = ray
-        kwargs = dict(num_cpus=NUM_CPUS, include_dashboard=False, logging_level=logging.WARNING)
-        try:  # keep Ray's traffic on loopback, as ours is
-            ray.init(_node_ip_address="127.0.0.1", **kwargs)
-        except TypeError:
-            ray.init(**kwargs)
+        self.ray = start_ray(NUM_CPUS)
 
     def serve_module(self) -> Any:
         from ray import serve
@@ -245,16 +223,7 @@ def child(system: str, out: str, s: Sizes, load: bool) -> None:
     handle_box: dict[str, Any] = {}
 
     def record(key: str, fn: Callable[[], dict[str, float]]) -> None:
-        log(f"[{system}] {key} ...")
-        try:
-            values = fn()
-        except Exception as e:  # a broken workload must not hide the others
-            rec: dict[str, Any] = {"key": key, "error": f"{type(e).__name__}: {e}"[:300]}
-        else:
-            rec = {"key": key, "values": values}
-        with open(out, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-        log(f"[{system}] {rec}")
+        record_workload(system, out, key, fn, value_field="values")
 
     def first_answer() -> dict[str, float]:
         app = make_app(serve, "v1")
@@ -372,67 +341,7 @@ def child(system: str, out: str, s: Sizes, load: bool) -> None:
     a.shutdown()
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- parent
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def run_system(system: str, s: Sizes, workdir: Path, quick: bool, load: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"results": {}, "errors": {}}
-    try:
-        entry["version"] = ADAPTERS[system]().version()
-    except Exception as e:  # ImportError, or a half-written package
-        entry["status"] = "not installed"
-        log(f"[{system}] not installed ({type(e).__name__}: {e})")
-        return entry
-    entry["status"] = "ok"
-    out = workdir / f"{system}.jsonl"
-    logfile = workdir / f"{system}.log"
-    entry["log"] = str(logfile)
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", system, "--_out", str(out)]
-    if quick:
-        cmd.append("--quick")
-    if load:
-        cmd.append("--load")
-    with open(logfile, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=s.system_timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-    deadline = time.monotonic() + (0 if rc is None else 10)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            if "values" in rec:
-                entry["results"][rec["key"]] = rec["values"]
-            else:
-                entry["errors"][rec["key"]] = rec["error"]
-    if rc != 0:
-        entry["errors"]["run"] = (
-            f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
-        )
-    return entry
 
 
 #: (label, workload key, value key, unit, higher is better, target text, target check)
@@ -495,16 +404,6 @@ ROWS: list[tuple[str, str, str, str, bool, str, Callable[[float, float | None], 
 ]
 
 
-def fmt(v: float | None) -> str:
-    if v is None:
-        return ""
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
-
-
 def render(report: dict[str, Any]) -> str:
     systems = report["systems"]
     head = ["workload", "unit", "nbcluster", "Ray", "×Ray", "target", "met"]
@@ -530,81 +429,41 @@ def render(report: dict[str, Any]) -> str:
         if check is not None and nb is not None:
             met = "met" if check(nb, ratio) else "not met"
         table.append([label, unit, *cells, f"{fmt(ratio)}×" if ratio else "", target, met])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    out = []
-    for n, r in enumerate(table):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:5], widths[2:5], strict=True)]
-        cells += [c.ljust(w) for c, w in zip(r[5:], widths[5:], strict=True)]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("-" * len(out[0]))
+    out = format_table(table, right=slice(2, 5))
     out.append("")
     out.append("×Ray = how many times better nbcluster is in this run (>1: nbcluster wins).")
-    vers = ", ".join(
-        f"{LABELS[k]} {v.get('version', '')}".strip()
-        + ("" if v["status"] == "ok" else f" ({v['status']})")
-        for k, v in systems.items()
-    )
-    out.append(f"systems: {vers}")
+    out.append(versions_line(systems, LABELS))
     m = report["machine"]
     out.append(
         f"machine: {m['cpus']} CPUs, {m['cpu']}, Python {m['python']}; each system: one node with "
         f"{NUM_CPUS} CPUs, one replica (num_cpus=0.5, max_ongoing_requests=100)"
         + (", --quick sizes" if report["quick"] else "")
     )
-    for k, v in systems.items():
-        for key, msg in v.get("errors", {}).items():
-            out.append(f"  - {LABELS[k]} {key} failed: {msg}")
+    out += note_lines(systems, LABELS)
     return "\n".join(out)
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "time": time.ctime(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser = bench_parser(__doc__, SYSTEMS)
     parser.add_argument("--load", action="store_true", help="also the 20,000-request load test")
-    parser.add_argument("--only", help="comma-separated: nbcluster,ray")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    parser.add_argument("--_out", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     sizes = Sizes.quick() if ns.quick else Sizes()
     if ns._child:
         child(ns._child, ns._out, sizes, ns.load)
         return 0
-    systems = [x.strip().lower() for x in ns.only.split(",")] if ns.only else list(SYSTEMS)
-    for name in systems:
-        if name not in SYSTEMS:
-            raise SystemExit(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
-    report: dict[str, Any] = {
-        "quick": ns.quick,
-        "machine": machine_info(),
-        "sizes": vars(sizes),
-        "systems": {},
-    }
-    workdir = Path(tempfile.mkdtemp(prefix="nbcluster-servebench-"))
-    for name in systems:
-        report["systems"][name] = run_system(name, sizes, workdir, ns.quick, ns.load)
-    print(render(report))
-    print(f"logs: {workdir}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"results written to {ns.json}")
+    systems = select_systems(ns.only, SYSTEMS)
+    report = new_report(ns.quick, sizes)
+    workdir = measure_all(
+        __file__,
+        report,
+        systems,
+        ADAPTERS,
+        prefix="nbcluster-servebench-",
+        timeout_s=sizes.system_timeout_s,
+        flags=(["--quick"] if ns.quick else []) + (["--load"] if ns.load else []),
+        value_field="values",
+    )
+    finish(render(report), workdir, report, ns.json)
     return 0
 
 

@@ -37,21 +37,20 @@ The machine this runs on is often shared: only figures from the same run compare
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import logging
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import _harness
 
 NUM_WORKERS = 2
 SYSTEMS = ("nbcluster", "torch", "ray")
@@ -229,28 +228,18 @@ class Trainers:
             self.shutdown = nbcluster.shutdown
         else:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            import ray
             from ray import train
             from ray.train.torch import TorchTrainer
 
             # Its own session directory (no clash with other Rays on a shared machine), and
             # a few attempts: Ray's start-up times out on a loaded machine.
-            temp = tempfile.mkdtemp(prefix="ray-")
-            for attempt in range(3):
-                try:
-                    ray.init(
-                        num_cpus=num_cpus,
-                        include_dashboard=False,
-                        logging_level=logging.WARNING,
-                        _temp_dir=temp,
-                        _node_ip_address="127.0.0.1",  # loopback, as nbcluster's traffic
-                    )
-                    break
-                except Exception:  # noqa: BLE001 - retried, then raised
-                    if attempt == 2:
-                        raise
-                    with contextlib.suppress(Exception):
-                        ray.shutdown()
+            ray = _harness.init_ray(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                _temp_dir=tempfile.mkdtemp(prefix="ray-"),
+                _node_ip_address="127.0.0.1",  # loopback, as nbcluster's traffic
+            )
             self.api, self.mod, self.Trainer = "ray.train", train, TorchTrainer
             self.shutdown = ray.shutdown
 
@@ -359,25 +348,17 @@ def installed(system: str) -> bool:
 def spawn(system: str, args: argparse.Namespace, s: Sizes, tmp: Path) -> dict[str, Any] | str:
     out = tmp / f"{system}.json"
     log_path = tmp / f"{system}.log"
-    cmd = [sys.executable, os.path.abspath(__file__), "--_system", system, "--_out", str(out)]
+    flags = ["--_system", system, "--_out", str(out)]
     if args.quick:
-        cmd.append("--quick")
+        flags.append("--quick")
     if args.checkpoint_mb:
-        cmd += ["--checkpoint-mb", str(args.checkpoint_mb)]
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            proc.wait(timeout=s.system_timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return f"timed out after {s.system_timeout_s} s (log: {log_path})"
-    if proc.returncode != 0 or not out.exists():
+        flags += ["--checkpoint-mb", str(args.checkpoint_mb)]
+    run = _harness.run_child(__file__, flags, timeout_s=s.system_timeout_s, logfile=log_path)
+    if run.returncode is None:
+        return f"timed out after {s.system_timeout_s} s (log: {log_path})"
+    if run.returncode != 0 or not out.exists():
         tail = log_path.read_text()[-800:]
-        return f"failed (exit {proc.returncode}; log: {log_path}):\n{tail}"
+        return f"failed (exit {run.returncode}; log: {log_path}):\n{tail}"
     return json.loads(out.read_text())
 
 

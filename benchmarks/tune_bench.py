@@ -28,24 +28,31 @@ shared machines: read the ratios measured in the same run.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib.metadata
-import importlib.util
-import json
 import logging
 import os
-import platform
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from _harness import (
+    SystemAdapter,
+    bench_parser,
+    better,
+    finish,
+    fmt,
+    format_table,
+    log,
+    measure_all,
+    new_report,
+    note_lines,
+    record_workload,
+    select_systems,
+    versions_line,
+)
 
 NUM_CPUS = 2
 SYSTEMS = ("nbcluster", "ray", "optuna")
@@ -111,20 +118,7 @@ def _nbcluster_report() -> Any:
 # --------------------------------------------------------------------------- adapters
 
 
-class Adapter:
-    name = ""
-    module = ""
-    notes: dict[str, str] = {}
-
-    def version(self) -> str:
-        """Raise ImportError when not installed (imports nothing here)."""
-        if importlib.util.find_spec(self.module) is None:
-            raise ImportError(f"No module named {self.module!r}")
-        try:
-            return importlib.metadata.version(self.module)
-        except importlib.metadata.PackageNotFoundError:
-            return "(source tree)"
-
+class Adapter(SystemAdapter):
     def start(self) -> None:
         """Bring up the cluster (outside the timed region)."""
 
@@ -319,27 +313,12 @@ ADAPTERS: dict[str, type[Adapter]] = {
 # --------------------------------------------------------------------------- child
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def child(system: str, out: str, s: Sizes) -> None:
     a = ADAPTERS[system]()
     a.start()
 
     def run(key: str, fn: Callable[[], Any]) -> None:
-        log(f"[{system}] {key} ...")
-        try:
-            value = fn()
-        except NotImplementedError:
-            return
-        except Exception as e:  # a broken workload must not hide the others
-            record = {"key": key, "error": f"{type(e).__name__}: {e}"[:300]}
-        else:
-            record = {"key": key, "value": value}
-        with open(out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        log(f"[{system}] {record}")
+        record_workload(system, out, key, fn, skip=(NotImplementedError,))
 
     run("warmup", lambda: a.trivial(4))
     run("t_small", lambda: sorted(a.trivial(s.small) for _ in range(3))[1])  # median of 3
@@ -351,73 +330,6 @@ def child(system: str, out: str, s: Sizes) -> None:
 
 
 # --------------------------------------------------------------------------- parent
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def run_system(system: str, s: Sizes, workdir: Path, quick: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"results": {}, "errors": {}}
-    try:
-        entry["version"] = ADAPTERS[system]().version()
-    except Exception as e:  # ImportError, or a half-written package
-        entry["status"] = "not installed"
-        log(f"[{system}] not installed ({type(e).__name__}: {e})")
-        return entry
-    entry["status"] = "ok"
-    out = workdir / f"{system}.jsonl"
-    logfile = workdir / f"{system}.log"
-    entry["log"] = str(logfile)
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", system, "--_out", str(out)]
-    if quick:
-        cmd.append("--quick")
-    with open(logfile, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True
-        )
-        try:
-            rc: int | None = proc.wait(timeout=s.system_timeout_s)
-        except subprocess.TimeoutExpired:
-            rc = None
-    # The child leads its own process group: end whatever it left behind (by group id).
-    deadline = time.monotonic() + (0 if rc is None else 10)
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            if "value" in rec:
-                entry["results"][rec["key"]] = rec["value"]
-            else:
-                entry["errors"][rec["key"]] = rec["error"]
-    if rc != 0:
-        entry["errors"]["run"] = (
-            f"child {'timed out' if rc is None else f'exited {rc}'}; log: {logfile}"
-        )
-    return entry
-
-
-def fmt(v: float | None) -> str:
-    if v is None:
-        return ""
-    if v >= 100:
-        return f"{v:,.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    if v >= 0.1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
 
 
 def _rows(
@@ -490,21 +402,10 @@ def render(report: dict[str, Any], s: Sizes) -> str:
             elif v is None:
                 cells.append("n/a")
             else:
-                cells.append(fmt(v))
-        nb, ray = values.get("nbcluster"), values.get("ray")
-        ratio = ""
-        if nb and ray:
-            ratio = f"{fmt(nb / ray if higher else ray / nb)}×"
-        table.append([label, unit, *cells, ratio, target])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    lines = []
-    for n, r in enumerate(table):
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [c.rjust(w) for c, w in zip(r[2:6], widths[2:6], strict=True)]
-        cells.append(r[6])
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("-" * len(lines[0]))
+                cells.append(fmt(v, 0.1))
+        ratio = better(values.get("nbcluster"), values.get("ray"), higher)
+        table.append([label, unit, *cells, f"{fmt(ratio, 0.1)}×" if ratio else "", target])
+    lines = format_table(table, right=slice(2, 6))
     lines.append("")
     lines.append(
         "×Ray = how many times better nbcluster is than Ray in this run (>1: nbcluster wins)."
@@ -522,72 +423,34 @@ def render(report: dict[str, Any], s: Sizes) -> str:
                 f"{a['time'] / f['time']:.2f} × FIFO's time (its trial finished at "
                 f"{a['to_best'] / f['to_best']:.2f} × FIFO's)"
             )
-    vers = ", ".join(
-        f"{LABELS[k]} {v.get('version', '')}".strip()
-        + ("" if v["status"] == "ok" else f" ({v['status']})")
-        for k, v in report["systems"].items()
-    )
-    lines.append(f"systems: {vers}")
+    lines.append(versions_line(report["systems"], LABELS))
     m = report["machine"]
     lines.append(
         f"machine: {m['cpus']} CPUs, {m['cpu']}, Python {m['python']}; nbcluster and Ray: one "
         f"node with {NUM_CPUS} CPUs" + (", --quick sizes" if report["quick"] else "")
     )
-    for k, v in report["systems"].items():
-        if v.get("status") != "ok":
-            continue
-        for note in ADAPTERS[k].notes.values():
-            lines.append(f"  - {note}")
-        for key, msg in v["errors"].items():
-            lines.append(f"  - {LABELS[k]} {key} failed: {msg}")
+    lines += note_lines(report["systems"], LABELS, lambda k: ADAPTERS[k].notes.values())
     return "\n".join(lines)
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "time": time.ctime(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--only", help="comma-separated: nbcluster,ray,optuna")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--_child", help=argparse.SUPPRESS)
-    parser.add_argument("--_out", help=argparse.SUPPRESS)
-    ns = parser.parse_args(argv)
+    ns = bench_parser(__doc__, SYSTEMS).parse_args(argv)
     sizes = Sizes.quick() if ns.quick else Sizes()
     if ns._child:
         child(ns._child, ns._out, sizes)
         return 0
-    systems = [x.strip().lower() for x in ns.only.split(",")] if ns.only else list(SYSTEMS)
-    for name in systems:
-        if name not in SYSTEMS:
-            raise SystemExit(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
-    report: dict[str, Any] = {
-        "quick": ns.quick,
-        "machine": machine_info(),
-        "sizes": vars(sizes),
-        "systems": {},
-    }
-    workdir = Path(tempfile.mkdtemp(prefix="nbcluster-tunebench-"))
-    for name in systems:
-        report["systems"][name] = run_system(name, sizes, workdir, ns.quick)
-    print(render(report, sizes))
-    print(f"logs: {workdir}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"results written to {ns.json}")
+    systems = select_systems(ns.only, SYSTEMS)
+    report = new_report(ns.quick, sizes)
+    workdir = measure_all(
+        __file__,
+        report,
+        systems,
+        ADAPTERS,
+        prefix="nbcluster-tunebench-",
+        timeout_s=sizes.system_timeout_s,
+        flags=["--quick"] if ns.quick else [],
+    )
+    finish(render(report, sizes), workdir, report, ns.json)
     return 0
 
 
