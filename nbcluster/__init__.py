@@ -58,7 +58,9 @@ def _install_rich_displays() -> None:
     """Install the ``ObjectRef`` / ``TaskError`` renderers of the Jupyter layer (run by the
     runtime's display registry on the first display, so ``import nbcluster`` loads none
     of the Jupyter code)."""
-    importlib.import_module("nbcluster.jupyter.display")
+    rich = importlib.import_module("nbcluster.jupyter.display")
+    for cls, (mimebundle, html) in rich.RENDERERS.items():
+        _display.set_renderer(cls, _display.Renderer(mimebundle, html))
 
 
 _display.add_loader(_install_rich_displays)

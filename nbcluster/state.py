@@ -17,6 +17,7 @@ from nbcluster._refs import ObjectRef
 from nbcluster._runtime import context
 from nbcluster._runtime.protocol.errors import Peer, RpcFailure, to_exception
 from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.version import __version__ as VERSION
 from nbcluster._state_records import (
     ActorChange,
     ClusterEvent,
@@ -33,6 +34,7 @@ from nbcluster._state_records import (
 )
 
 __all__ = [
+    "VERSION",
     "TaskEvent",
     "OutputRecord",
     "ObjectInfo",
@@ -69,6 +71,9 @@ __all__ = [
     "set_task_observer",
     "refresh_exported_code",
 ]
+
+VERSION: str
+"""nbcluster's version in this process (what the Jupyter layer records in a notebook)."""
 
 
 def is_connected() -> bool:

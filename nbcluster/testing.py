@@ -36,7 +36,14 @@ __all__ = [
     "assert_no_leaks",
     "health_baseline",
     "kill_process",
+    "thread_names",
+    "grpc_threads",
+    "GRPC_THREAD_PREFIXES",
 ]
+
+#: Name prefixes of the threads grpc-core starts in a process that uses gRPC (a worker
+#: whose gRPC sleeps has none of them: see ``_runtime/core/dormancy.py``).
+GRPC_THREAD_PREFIXES = ("grpc_global_tim", "event_engine", "lifeguard")
 
 
 def poll_for(
@@ -51,6 +58,26 @@ def poll_for(
         if time.monotonic() > deadline:
             raise AssertionError(message or f"condition not met within {timeout}s: {predicate}")
         time.sleep(interval)
+
+
+def thread_names(pid: int) -> list[str]:
+    """Names of process ``pid``'s threads, from ``/proc`` (empty once it ended)."""
+    names = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # the process ended
+        return names
+    for tid in tids:
+        try:
+            names.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return names
+
+
+def grpc_threads(pid: int) -> list[str]:
+    """Names of process ``pid``'s grpc-core threads (:data:`GRPC_THREAD_PREFIXES`)."""
+    return [name for name in thread_names(pid) if name.startswith(GRPC_THREAD_PREFIXES)]
 
 
 def cluster_processes(session_dir: str | os.PathLike[str]) -> list[Any]:

@@ -50,6 +50,13 @@ class Config:
     task_channels: bool = True
     """Send tasks and actor calls to workers on raw-socket task channels (False: on gRPC
     streams, as before; ``NBCLUSTER_TASK_CHANNELS=0``)."""
+    task_channel_local: bool = True
+    """On one host, task channels go over an abstract Unix socket instead of TCP (without
+    TLS; ``core/channel.py``, "Same host"; ``NBCLUSTER_TASK_CHANNEL_LOCAL=0``: TCP only)."""
+    worker_grpc_idle_s: float = 2.0
+    """A worker with no gRPC call in flight and no task running for this long closes its
+    gRPC server and channels until they are needed, so that gRPC's threads stop waking it
+    (``core/dormancy.py``; 0 keeps them open)."""
     control_channels: bool = True
     """Placement-group calls (driver to head, head to node managers) on raw-socket control
     channels (``protocol/ctrl.py``; False: on gRPC, as before; ``NBCLUSTER_CONTROL_CHANNELS=0``)."""

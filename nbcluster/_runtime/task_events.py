@@ -66,7 +66,7 @@ class RunningAttempts:
         """``RUNNING`` events for the attempts running now and not reported yet."""
         out = []
         for task_id, (spec, start) in self._live.items():
-            if task_id in self._reported:
+            if task_id in self._reported or spec.disable_task_events:
                 continue
             self._reported.add(task_id)
             out.append(

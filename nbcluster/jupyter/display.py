@@ -6,10 +6,9 @@ HTML-escaped first, because much of it (task names, tracebacks, addresses) comes
 user code and must never be interpreted as markup.
 
 Data comes from :mod:`nbcluster.state` only. Rendering a ref or an error needs no RPC;
-rendering the cluster asks the head for its nodes once. Importing this module installs the
-``ObjectRef`` and ``TaskError`` renderers in the runtime's display registry
-(:mod:`nbcluster._runtime.display`); ``nbcluster`` has the registry import it on the first
-display.
+rendering the cluster asks the head for its nodes once. :data:`RENDERERS` names the
+``ObjectRef`` and ``TaskError`` renderers; ``nbcluster`` installs them in the runtime's
+display registry on the first display (this layer never imports ``nbcluster._runtime``).
 """
 
 from __future__ import annotations
@@ -18,18 +17,19 @@ import dataclasses
 import functools
 import html
 import string
+from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from nbcluster import state
 from nbcluster._refs import ObjectRef
-from nbcluster._runtime import display
 from nbcluster.exceptions import NbclusterError, TaskError
 
 if TYPE_CHECKING:
     from nbcluster._api import ClusterInfo
 
 __all__ = [
+    "RENDERERS",
     "ClusterStatus",
     "ClusterView",
     "NodeRow",
@@ -365,5 +365,8 @@ def task_error_html(err: TaskError) -> str:
     )
 
 
-display.set_renderer(ObjectRef, display.Renderer(object_ref_mimebundle, object_ref_html))
-display.set_renderer(TaskError, display.Renderer(task_error_mimebundle, task_error_html))
+#: class -> (mimebundle, html): what ``nbcluster`` installs in the runtime's display registry.
+RENDERERS: dict[type, tuple[Callable[[Any], dict[str, str]], Callable[[Any], str]]] = {
+    ObjectRef: (object_ref_mimebundle, object_ref_html),
+    TaskError: (task_error_mimebundle, task_error_html),
+}

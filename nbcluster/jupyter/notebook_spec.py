@@ -32,7 +32,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from nbcluster._runtime.version import __version__
+from nbcluster.state import VERSION as __version__
 
 __all__ = [
     "ENV_VAR",

@@ -837,17 +837,23 @@ def _many_actors_become_ready_and_free_everything(session: str, n: int, timeout:
     assert set(pids) <= set(worker_pids(session))
     answered = nbcluster.get([a.pid.remote() for a in actors], timeout=timeout)
     assert sorted(answered) == sorted(pids)
+    killed = set(answered[: n // 2])
     # half are killed, the other half dropped
     for a in actors[: n // 2]:
         nbcluster.kill(a)
     del actors
     gc.collect()
-    poll_for(
-        lambda: not any(_alive(p) for p in pids),
-        max(60.0, n / 10),
-        0.2,
-        f"actor processes still running: {[p for p in pids if _alive(p)][:10]}",
-    )
+
+    def still_running() -> str:
+        alive = [p for p in pids if _alive(p)]
+        k = sum(p in killed for p in alive)
+        return f"{len(alive)} actor processes still running ({k} killed, {len(alive) - k} dropped): {alive[:10]}"
+
+    deadline = max(60.0, n / 10)
+    try:
+        poll_for(lambda: not any(_alive(p) for p in pids), deadline, 0.2)
+    except AssertionError:
+        raise AssertionError(still_running()) from None
     assert not set(pids) & set(worker_pids(session))
     poll_for(
         lambda: all(r.state == dead_state for r in _actor_table(ids).values()),

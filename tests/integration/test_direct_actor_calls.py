@@ -78,6 +78,45 @@ def test_a_plain_sync_actor_serves_its_callers_channels_on_its_main_thread(
     nbcluster.kill(actor)
 
 
+@nbcluster.remote
+class SlowToSwitch:
+    """A plain actor whose main thread is slow to start serving its channels: its
+    ``__init__`` (on the main thread, before the creation is answered) makes building the
+    direct loop take 0.3 s, the stall a loaded machine can put there."""
+
+    def __init__(self) -> None:
+        import time
+
+        from nbcluster._runtime.worker.direct import DirectLoop
+
+        build = DirectLoop.__init__
+
+        def slow(direct: Any, *args: Any, **kwargs: Any) -> None:
+            time.sleep(0.3)
+            build(direct, *args, **kwargs)
+
+        DirectLoop.__init__ = slow  # type: ignore[method-assign]  # this worker is the actor's
+
+    def view(self) -> dict[str, Any]:
+        return _direct_view()
+
+    def add(self, i: int) -> int:
+        return i
+
+
+def test_a_caller_that_connects_the_moment_the_actor_is_alive_is_served_directly(
+    shared_cluster: Any,
+) -> None:
+    # The main thread takes the actor's channels before the creation is answered: a caller
+    # that connects as soon as the head says ALIVE (it knows the channel's address from the
+    # head's record) is adopted, not left on the I/O loop (CI once saw channels == 0).
+    actor = SlowToSwitch.remote()
+    view = nbcluster.get(actor.view.remote(), timeout=60)
+    assert view == {"main_thread": True, "direct": True, "channels": 1}
+    assert nbcluster.get([actor.add.remote(i) for i in range(5)], timeout=60) == list(range(5))
+    nbcluster.kill(actor)
+
+
 def test_threaded_and_async_actors_stay_on_the_io_loop(shared_cluster: Any) -> None:
     for cls in (Threaded, Async):
         actor = cls.remote()

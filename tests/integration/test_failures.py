@@ -26,6 +26,9 @@ import pytest
 
 import nbcluster
 from nbcluster._runtime import context
+from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.running_mark import encode as encode_mark
+from nbcluster._runtime.running_mark import mark_path
 from nbcluster.exceptions import (
     GetTimeoutError,
     NbclusterError,
@@ -204,6 +207,66 @@ def test_poison_task_does_not_stop_normal_tasks(shared_cluster, tmp_path):
     with pytest.raises(WorkerCrashedError, match=r"SIGKILL.*attempts: 4"):
         nbcluster.get(poison, timeout=60)
     assert len(_marks(runs)) == 4  # max_retries + 1, no crash loop
+    assert_cluster_healthy()
+
+
+def _pipelined():
+    @nbcluster.remote(num_cpus=2)  # the whole 2-CPU cluster: one lease, tasks pipelined on it
+    def step(path, mode, go):
+        ctx = nbcluster.get_runtime_context()
+        with open(path, "a") as fh:
+            fh.write(f"{mode}:{ctx.get_task_id()}:{ctx.get_worker_id()}:{ctx.get_node_id()}\n")
+        if mode == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "hold" and not os.path.exists(go + ".held"):  # first run: lose its reply
+            open(go + ".held", "w").close()
+            deadline = time.monotonic() + 20
+            while not os.path.exists(go) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)  # the next task reaches this worker's queue
+            # The reply leaves from the I/O loop, held up here until the next task has run
+            # (and killed this process): the reply is lost, as when a crash comes first.
+            context.require_client().loop.call_soon_threadsafe(time.sleep, 3.0)
+        return mode
+
+    return step
+
+
+def test_a_crash_is_charged_to_the_task_that_ran_not_to_one_whose_reply_died(
+    shared_cluster, tmp_path
+):
+    # A fast task finishes, its reply still unsent; the task queued behind it kills the worker.
+    # The owner holds both without replies. The node names the one that ran last
+    # (running_mark.py), so the crashing task is charged: max_retries=1 means 2 runs, not 3.
+    runs, go = tmp_path / "runs", tmp_path / "go"
+    step = _pipelined()
+    # Known fast (the first run, which loads the function, is not): pipelined from now on.
+    assert set(nbcluster.get([step.remote(str(runs), "ok", "") for _ in range(40)])) == {"ok"}
+    hold = step.remote(str(runs), "hold", str(go))
+    poll_for(lambda: any(m.startswith("hold") for m in _marks(runs)), timeout=20)
+    crash = step.options(max_retries=1).remote(str(runs), "crash", "")
+    go.touch()
+    with pytest.raises(WorkerCrashedError, match=r"SIGKILL.*attempts: 2"):
+        nbcluster.get(crash, timeout=60)
+    assert nbcluster.get(hold, timeout=60) == "hold"  # its reply was lost: run again, uncharged
+    crashes = [m.split(":") for m in _marks(runs) if m.startswith("crash")]
+    assert len(crashes) == 2, _marks(runs)
+    # The case arose: the crash ran behind the held task, in its worker, and took its reply.
+    holds = [m.split(":") for m in _marks(runs) if m.startswith("hold")]
+    assert len(holds) >= 2 and holds[0][2] == crashes[0][2], _marks(runs)
+    # The node of the first crash names it as the task its worker began last.
+    _, task_hex, worker_hex, node_hex = crashes[0]
+    node = next(n for n in nbcluster.nodes() if n["NodeID"] == node_hex)
+    address = f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
+    client = context.require_client()
+    info = client.run(
+        lambda: client.node(address).GetWorkerExitInfo(
+            pb.WorkerRef(worker_id=bytes.fromhex(worker_hex)), timeout=10
+        )
+    )
+    assert info.found and "SIGKILL" in info.detail
+    assert info.started == encode_mark(bytes.fromhex(task_hex), 0)
+    assert not mark_path(shared_cluster.session_dir, bytes.fromhex(worker_hex)).exists()
     assert_cluster_healthy()
 
 

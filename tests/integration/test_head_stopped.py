@@ -148,3 +148,39 @@ def test_f11b_a_stopped_head_fails_calls_that_need_it_within_the_grace_period(
     # read after SIGCONT: at most one constructor run, never two.)
     assert _runs(tmp_path, "inc-during") == 0
     assert _runs(tmp_path, "init-during") <= 1
+
+
+def test_an_actor_dropped_while_the_head_is_stopped_still_ends(
+    cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The owner asks the head to end an actor whose last handle went away. A request the
+    # head cannot take in time (stopped here for twice the grace period; in CI, 500 of
+    # them at once on a loaded head) is asked again until the head takes it: once given
+    # up, the actor's process would run until the cluster stops.
+    import psutil
+
+    monkeypatch.setenv("NBCLUSTER_HEAD_GRACE_PERIOD_S", str(GRACE_S))
+    cluster(num_cpus=2)
+
+    @nbcluster.remote(num_cpus=0)
+    class Idle:
+        def pid(self) -> int:
+            return os.getpid()
+
+    actor = Idle.remote()
+    pid = nbcluster.get(actor.pid.remote(), timeout=60)
+    head = local_cluster().head
+    os.kill(head.pid, signal.SIGSTOP)
+    try:
+        del actor  # the owner's request to end it waits on the stopped head
+        time.sleep(2 * GRACE_S + 1)  # past the grace period: the first request failed
+    finally:
+        os.kill(head.pid, signal.SIGCONT)
+
+    def ended() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    poll_for(ended, timeout=30, interval=0.1, message=f"the dropped actor (pid {pid}) still runs")

@@ -4,9 +4,11 @@ CPU is read from ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds on the CPU, p
 thread), summed over every process of the session, before and after a quiet window.
 Nothing here times a workload: the checks are on CPU consumed while nothing happens.
 
-What an idle process still spends is grpc-core's own thread pool (a timer thread, a
-"lifeguard" and the event-engine workers wake about once a second each): about 0.2-0.3 ms
-of CPU per second per process. Everything of nbcluster's own (output flushing, task
+What an idle head, node manager or driver still spends is grpc-core's own thread pool (a
+timer thread, a "lifeguard" and the event-engine workers wake about once a second each):
+about 0.2-0.3 ms of CPU per second per process. Idle workers close gRPC
+(``core/dormancy.py``) and spend nothing; the tests wait until they have before measuring.
+Everything of nbcluster's own (output flushing, task
 events, heartbeats, the memory monitor, the worker fork server, placement retries,
 driver pings) now waits for an event instead of a timer, so the bounds below are far
 under what one polling loop at 10 Hz in each worker costs (the figure before: 200 idle
@@ -25,7 +27,7 @@ import psutil
 import pytest
 
 import nbcluster
-from nbcluster.testing import cluster_processes, poll_for, worker_pids
+from nbcluster.testing import cluster_processes, grpc_threads, poll_for, worker_pids
 
 QUIET_S = 3.0
 
@@ -51,6 +53,25 @@ def idle_cpu_ms_per_s(pids: list[int], seconds: float = QUIET_S) -> dict[int, fl
     time.sleep(seconds)
     after = cpu_ns(pids)
     return {p: (after[p] - before[p]) / 1e6 / seconds for p in before if p in after}
+
+
+def until_workers_settle(session_dir: str, timeout: float = 60.0, still_s: float = 1.5) -> None:
+    """Wait until the workers have closed gRPC (``worker_grpc_idle_s`` after their last
+    call, task events included): the set of workers that still hold it open stays the same
+    for ``still_s``. The window measured next is then idle, not the workers closing their
+    servers and channels (threads that exit meanwhile would even count negative)."""
+    deadline = time.monotonic() + timeout
+    awake: frozenset[int] | None = None
+    since = time.monotonic()
+    while True:
+        now_awake = frozenset(p for p in worker_pids(session_dir) if grpc_threads(p))
+        now = time.monotonic()
+        if now_awake != awake:
+            awake, since = now_awake, now
+        elif now - since >= still_s:
+            return
+        assert now < deadline, f"workers kept opening and closing gRPC: {sorted(now_awake)[:10]}"
+        time.sleep(0.1)
 
 
 def describe(pids: list[int]) -> dict[int, str]:
@@ -85,8 +106,9 @@ def test_an_idle_cluster_uses_no_cpu(cluster) -> None:
     assert len(set(nbcluster.get([a.pid.remote() for a in actors], timeout=60))) == 4
     assert nbcluster.get([a.hello.remote() for a in actors], timeout=60) == ["hello"] * 4
     assert nbcluster.get([chatty.remote(i) for i in range(20)], timeout=60) == list(range(20))
-    # Let the work's own tail finish: leases go back after 0.5 s, task events after 1 s.
-    time.sleep(2.5)
+    # Let the work's own tail finish: leases go back after 0.5 s, task events after 1 s,
+    # and then the workers close gRPC.
+    until_workers_settle(info.session_dir)
     pids = [p.pid for p in cluster_processes(info.session_dir)]
     assert len(pids) >= 2 + 2 + 4  # head, 2 node managers (+ fork servers), workers
     used = idle_cpu_ms_per_s(pids)
@@ -110,7 +132,7 @@ def test_300_actors_come_up_answer_and_idle_cheaply(cluster) -> None:
     pids = nbcluster.get([a.pid.remote() for a in actors], timeout=480)
     assert len(set(pids)) == n
     assert sorted(nbcluster.get([a.pid.remote() for a in actors], timeout=120)) == sorted(pids)
-    time.sleep(2.0)
+    until_workers_settle(info.session_dir, timeout=120)
     pss = []
     for pid in pids:
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,9 +88,11 @@ def test_the_live_view_follows_the_log_in_a_widget(ip: Any, cluster: LocalCluste
         "for i in range(3):\n    print('line', i)\n",
     )
     view._ipython_display_()  # what the front end does with the cell's result
-    deadline = time.monotonic() + 60
-    while not view._stopped.is_set() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The view's thread follows the log to its end, then shows the final status and
+    # disables the button (after it stopped its status ticker): wait for all of it.
+    assert view._thread is not None
+    view._thread.join(timeout=60)
+    assert not view._thread.is_alive(), "the live view still follows the job after 60 s"
     status, out, stop = view._widget
     assert "SUCCEEDED" in status.value and stop.disabled
     text = "".join(o.get("text", "") for o in out.outputs)

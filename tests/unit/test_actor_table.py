@@ -527,3 +527,25 @@ def test_an_actor_that_exits_itself_is_dead_for_good_and_ends_its_own_process(
     rec = table.actors[b"a1"]
     assert rec.state == DEAD and rec.death_kind == "exited"
     assert table.worker_died(b"w1", "exit code 0", now=5.0) == []  # no restart follows
+
+
+def test_placement_records_the_workers_task_channel_and_a_restart_replaces_it() -> None:
+    """Callers open the actor's task channel from the head's record, without asking the
+    worker (core/dormancy.py: it may have closed its gRPC)."""
+    from nbcluster._runtime.head.actor_service import actor_info
+
+    table = ActorTable()
+    table.register(make(b"a1", max_restarts=1))
+    table.placed(
+        b"a1", node_id=NODE_ID, node_address=NODE_ADDR, worker_id=b"w1", worker_pid=1,
+        lease_id=b"l1", address="127.0.0.1:9001", channel_address="127.0.0.1:8001",
+    )  # fmt: skip
+    table.created(b"a1", now=1.0)
+    assert actor_info(table.actors[b"a1"]).channel_address == "127.0.0.1:8001"
+    table.worker_died(b"w1", "crashed", now=2.0)
+    assert table.actors[b"a1"].state == RESTARTING
+    table.placed(
+        b"a1", node_id=NODE_ID, node_address=NODE_ADDR, worker_id=b"w2", worker_pid=2,
+        lease_id=b"l2", address="127.0.0.1:9002", channel_address="127.0.0.1:8002",
+    )  # fmt: skip
+    assert actor_info(table.actors[b"a1"]).channel_address == "127.0.0.1:8002"

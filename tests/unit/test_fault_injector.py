@@ -14,6 +14,7 @@ from nbcluster._runtime.protocol import faults
 def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(faults, "_warned", False)
     monkeypatch.setattr(faults, "_current", None)
+    monkeypatch.setattr(faults, "_frozen", False)
     for var in (faults.TESTING_ENV, faults.RULES_ENV, faults.FAULTS_DIR_ENV):
         monkeypatch.delenv(var, raising=False)
 
@@ -44,6 +45,16 @@ def test_the_testing_switch_turns_it_on_and_is_re_read(monkeypatch: pytest.Monke
     assert second is not first and second is not None and second.has("PushTasks", "drop")
     monkeypatch.delenv(faults.TESTING_ENV)
     assert faults.current() is None
+
+
+def test_a_frozen_process_keeps_the_injector_it_had(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.RULES_ENV, "CreateActor=0:0.5")
+    monkeypatch.setenv(faults.TESTING_ENV, "1")
+    faults.freeze()  # a cluster process, once started
+    first = faults.current()
+    assert first is not None and first.has("CreateActor", "reply")
+    monkeypatch.delenv(faults.TESTING_ENV)
+    assert faults.current() is first  # not read again
 
 
 def test_every_n_fires_on_each_nth_event_and_is_recorded(tmp_path: Path) -> None:

@@ -267,6 +267,31 @@ def test_the_runtime_never_imports_the_layers_above() -> None:
     assert not bad, "nbcluster._runtime imports the package above it:\n" + "\n".join(bad)
 
 
+#: Packages that DESIGN.md (section 6) puts on the public API and ``state.py`` alone.
+ON_THE_PUBLIC_API = (
+    "nbcluster.data",
+    "nbcluster.train",
+    "nbcluster.tune",
+    "nbcluster.serve",
+    "nbcluster.job_submission",
+    "nbcluster.dag",
+    "nbcluster.jupyter",
+)
+
+
+def test_the_libraries_and_the_jupyter_layer_never_import_the_runtime() -> None:
+    g = graph()
+    mods = modules()
+    bad = [
+        f"{_file(a, mods)}:{edge.line} imports {b}"
+        for a, edges in sorted(g.items())
+        if any(a == p or a.startswith(p + ".") for p in ON_THE_PUBLIC_API)
+        for b, edge in sorted(edges.items())
+        if b == RUNTIME or b.startswith(RUNTIME + ".")
+    ]
+    assert not bad, "use the public API or nbcluster.state instead:\n" + "\n".join(bad)
+
+
 def test_every_allowed_edge_still_exists_and_is_a_debt() -> None:
     g = graph()
     comps = cycles(g)

@@ -118,6 +118,16 @@ def test_worker_registered_becomes_idle() -> None:
     assert ns.starting_count() == 0
 
 
+def test_a_grant_carries_the_workers_task_channel_address() -> None:
+    """The owner learns where the leased worker serves task channels from the grant, so it
+    never has to ask the worker (which may have closed its gRPC: core/dormancy.py)."""
+    ns = make_node(prestart=1)
+    ns.start()
+    assert ns.worker_registered(b"id001", 7, "127.0.0.1:9999", "127.0.0.1:9998") == []
+    grant = only_grant(ask(ns, b"r1", CPU=1))
+    assert grant.worker.channel_address == "127.0.0.1:9998"
+
+
 def test_unknown_worker_registration_is_killed() -> None:
     ns = make_node(prestart=1)
     ns.start()

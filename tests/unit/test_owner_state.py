@@ -13,6 +13,7 @@ from nbcluster._runtime.core import instructions as ins
 from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState
 from nbcluster._runtime.core.records import FAST_TASK_S, TaskRecord
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
+from nbcluster._runtime.running_mark import encode as encode_mark
 
 LOCAL = "127.0.0.1:7001"
 OTHER = "127.0.0.1:7002"
@@ -412,6 +413,34 @@ def test_the_crashed_task_is_charged_a_retry_and_those_behind_it_are_not() -> No
     assert [r.spec.attempt for r in recs] == [1, 0, 0]
     assert list(st.keys[recs[0].key].queue) == recs  # in order, in front
     assert _of(out, ins.RequestLease)  # a new worker is asked for
+
+
+def test_the_task_the_worker_marked_as_begun_is_charged_not_the_first_sent() -> None:
+    # The first task finished but its reply died with the worker; the second crashed it.
+    st = _state()
+    lease, recs = _crash(st, 3)
+    st.stream_broken(lease)
+    started = encode_mark(recs[1].task_id, recs[1].spec.attempt)
+    out = st.crash_explained(lease, recs, "worker (pid 5) died: SIGKILL", started=started)
+    assert out[0] == ins.RecordCrashedAttempt(recs[1], "worker (pid 5) died: SIGKILL", False, 0)
+    assert [r.retries_left for r in recs] == [3, 2, 3]
+    assert [r.spec.attempt for r in recs] == [0, 1, 0]
+    assert list(st.keys[recs[0].key].queue) == recs  # all go again, in order
+
+
+def test_a_mark_naming_no_task_in_flight_charges_the_first_sent() -> None:
+    # A mark of an answered task, of another attempt, or unreadable: the first sent is
+    # charged, so a crash is never left uncharged (no endless retries).
+    def stale(recs: list[TaskRecord]) -> bytes:
+        return encode_mark(recs[0].task_id, recs[0].spec.attempt + 1)
+
+    for mark in (lambda _: encode_mark(b"x" * 16, 0), stale, lambda _: b"torn"):
+        st = _state()
+        lease, recs = _crash(st, 2)
+        st.stream_broken(lease)
+        out = st.crash_explained(lease, recs, "died", started=mark(recs))
+        assert out[0].record is recs[0]
+        assert [r.retries_left for r in recs] == [2, 3]
 
 
 def test_a_crash_without_retries_left_fails_with_worker_crashed() -> None:

@@ -249,6 +249,31 @@ def test_a_mapped_file_waits_until_its_readers_are_gone(shm_dir: str) -> None:
     assert deserialize(store.read_object(shm_dir, oid(3)))[0] == 3.0
 
 
+def test_promoting_a_file_a_writer_claimed_meanwhile_is_skipped(
+    shm_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that kept a mapping renames its freed ``.busy-`` file to reuse it
+    (objects/kept_maps.py) while the node promotes waiting files: the node's rename then
+    finds nothing, and must skip it (it raised FileNotFoundError, failing CreateObject)."""
+    store.write_object(shm_dir, oid(1), serialize(np.ones(2 * MiB // 8)))
+    held = store.read_object(shm_dir, oid(1))
+    store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)  # waits as .busy-
+    (busy,) = pool(shm_dir)
+    del held
+    gc.collect()
+    real = store.lease_state
+
+    def claimed_meanwhile(fd: int) -> str:
+        state = real(fd)
+        free_dir = os.path.join(shm_dir, store.FREE_DIR)
+        os.rename(os.path.join(free_dir, busy), os.path.join(shm_dir, "claimed-by-a-writer"))
+        return state
+
+    monkeypatch.setattr(store, "lease_state", claimed_meanwhile)
+    assert store.promote_waiting(shm_dir) == 0
+    assert pool(shm_dir) == []
+
+
 def test_waiting_files_are_trimmed_first(shm_dir: str) -> None:
     for n in (1, 2):
         store.write_object(shm_dir, oid(n), serialize(np.ones(2 * MiB // 8)))

@@ -189,6 +189,7 @@ class _Stub:
 
 class _Config:
     task_channels = True
+    task_channel_local = True
     rpc_max_message_bytes = LIMIT
 
 
@@ -222,6 +223,22 @@ def test_the_opener_asks_a_worker_once_and_falls_back_to_grpc_without_a_channel(
         off = _Client(_Stub(server.address))
         off.config.task_channels = False
         assert await channel.StreamOpener(off).open("w:3") == "grpc-stream"
+        await server.close()
+
+    _run(main())
+
+
+def test_a_token_too_long_for_the_hello_stays_on_grpc() -> None:
+    # A cluster token over the hello's 255 bytes (NBCLUSTER_TOKEN lets a user pick one) cannot
+    # open a task channel: the owner uses gRPC streams instead of failing every lease.
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        client = _Client(_Stub(server.address))
+        client.token = "t" * 256
+        assert await channel.StreamOpener(client).open("w:1", "aa") == "grpc-stream"
+        assert client.stub.pushed == [(("nbc-lease", "aa"),)]
+        assert client.asked == 1 and worker.leases == []  # only the PushTasks stub
         await server.close()
 
     _run(main())
@@ -323,5 +340,66 @@ def test_frames_written_from_another_thread_arrive_whole_and_in_order() -> None:
         ch.cancel()
         assert not ch.thread_writable()
         await server.close()
+
+    _run(main())
+
+
+def _family(ch: channel.TaskChannel) -> int:
+    return ch._transport.get_extra_info("socket").family
+
+
+def test_on_one_host_a_channel_goes_over_the_workers_unix_socket() -> None:
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        ch = await channel.connect(server.address, TOKEN, "abcd", max_frame=LIMIT)
+        assert _family(ch) == socket.AF_UNIX
+        await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"1")]))
+        batch = await ch.read()
+        assert batch is not None and [r.task_id for r in batch.replies] == [b"1"]
+        assert worker.leases == ["abcd"]
+        # A frame written from another thread goes the same way.
+        sent = ch.send_from_thread(channel.batch_frame(pb.TaskSpec(task_id=b"2").SerializeToString()))
+        assert sent > 0
+        batch = await ch.read()
+        assert batch is not None and [r.task_id for r in batch.replies] == [b"2"]
+        ch.cancel()
+        # Asked not to, or with the Unix socket turned off on the worker: TCP.
+        tcp = await channel.connect(server.address, TOKEN, max_frame=LIMIT, local=False)
+        assert _family(tcp) == socket.AF_INET
+        tcp.cancel()
+        plain = await _server(Worker(), local=False)
+        ch = await channel.connect(plain.address, TOKEN, max_frame=LIMIT)
+        assert _family(ch) == socket.AF_INET
+        ch.cancel()
+        await plain.close()
+        await server.close()
+
+    _run(main())
+
+
+def test_the_unix_socket_checks_the_token_and_is_named_per_cluster_and_address() -> None:
+    async def main() -> None:
+        server = await _server(Worker())
+        # Another cluster's token names another socket: nothing there, so TCP, where the
+        # worker refuses the hello.
+        assert channel.local_name("x" * 64, server.address) != channel.local_name(
+            TOKEN, server.address
+        )
+        with pytest.raises(channel.ChannelRefused):
+            await channel.connect(server.address, "x" * 64, max_frame=LIMIT)
+        # The right name with a wrong token in the hello is refused too.
+        def wrong_token() -> bytes:
+            with socket.socket(socket.AF_UNIX) as raw:
+                raw.settimeout(5)
+                raw.connect(channel.local_name(TOKEN, server.address))
+                raw.sendall(b"NBCT\x01\x05wrong\x00")
+                return raw.recv(1)
+
+        assert await asyncio.to_thread(wrong_token) == b"\x01"  # REFUSED
+        # After close() the name is gone: a new owner falls back to TCP (refused: closed).
+        await server.close()
+        with pytest.raises(OSError):
+            await channel.connect(server.address, TOKEN, max_frame=LIMIT)
 
     _run(main())

@@ -45,6 +45,7 @@ from nbcluster._runtime.protocol.errors import (
     RpcFailure,
     RpcNotFound,
     RpcUnavailable,
+    is_unavailable,
     to_exception,
 )
 from nbcluster._runtime.protocol.rpc import pb
@@ -56,6 +57,10 @@ if TYPE_CHECKING:
 __all__ = ["ALIVE", "DEAD", "RESTARTING", "ActorConn", "ActorSubmitter"]
 
 log = logging.getLogger(__name__)
+
+#: How long an owner keeps asking the head to end an actor dropped out of scope while the
+#: head cannot be reached (or fails the call): then it gives up, logging a warning.
+KILL_RETRY_S = 600.0
 
 
 class ActorSubmitter:
@@ -71,6 +76,10 @@ class ActorSubmitter:
         self.pending_counts: dict[bytes, int] = collections.defaultdict(int)
         # Calls on their way to the loop's queue, per actor: a later call must not pass them.
         self._unqueued: dict[bytes, int] = collections.defaultdict(int)
+        # Kills that returned to the user and that the loop has not applied yet (actor id ->
+        # no_restart): a call made after kill() returned must not be written to the actor
+        # by its caller's thread, nor queued on the loop before the kill is applied.
+        self._kill_news: dict[bytes, bool] = {}
         #: Calls written by their caller's thread / whose frame it left to the loop.
         self.sent_direct = 0
         self.handoffs = 0
@@ -139,6 +148,8 @@ class ActorSubmitter:
             or conn.writing
             or conn.handoff
             or conn.death is not None
+            or conn.killing
+            or self._kill_news  # (any: the actors a killed one created die with it)
             or self._unqueued.get(aid)
             or rec.dep_ids
             or rec.spec.num_returns < 0  # generators: their stream is set up on the loop
@@ -172,7 +183,9 @@ class ActorSubmitter:
 
     def killed(self, actor_id: bytes, no_restart: bool) -> None:
         """``nbcluster.kill`` returned (thread-safe): calls made after it fail at once."""
-        self.client.call_soon(self._killed, actor_id, no_restart)
+        with self.lock:
+            self._kill_news[actor_id] = no_restart
+        self.client.call_soon(self._killed, actor_id)
 
     def killing(self, actor_id: bytes) -> None:
         """``nbcluster.kill(no_restart=True)`` is about to ask the head (thread-safe; queued
@@ -205,6 +218,8 @@ class ActorSubmitter:
                 self._unqueued[aid] = left
             else:
                 del self._unqueued[aid]
+            for killed in list(self._kill_news):  # kills that returned before this call
+                self._killed(killed)  # (its actor, or the one that created it)
             self._do(self.state.enqueue(rec))
 
     def ready(self, rec: TaskRecord) -> None:
@@ -218,8 +233,11 @@ class ActorSubmitter:
         reply says how it ended."""
         self._event(self.state.cancel, rec)
 
-    def _killed(self, actor_id: bytes, no_restart: bool) -> None:
-        self._event(self.state.killed, actor_id, no_restart)
+    def _killed(self, actor_id: bytes) -> None:
+        with self.lock:
+            no_restart = self._kill_news.pop(actor_id, None)
+            if no_restart is not None:  # (not applied already by enqueue)
+                self._do(self.state.killed(actor_id, no_restart))
 
     def _release_when_idle(self, actor_id: bytes) -> None:
         self._event(self.state.release_when_idle, actor_id)
@@ -273,8 +291,10 @@ class ActorSubmitter:
         self.client.loop.create_task(self._open(conn, i.address, i.stream))
 
     async def _open(self, conn: ActorConn, address: str, stream: int) -> None:
+        info = conn.info  # the head's record names the worker's task channel: no need to ask
+        known = info.channel_address if info is not None and info.address == address else ""
         try:
-            call = await self.client.submitter.streams.open(address)
+            call = await self.client.submitter.streams.open(address, known=known)
         except (TimeoutError, RpcFailure, OSError) as err:
             log.debug("could not open a stream to actor at %s: %r", address, err)
             self._event(self.state.open_failed, conn, stream)
@@ -440,16 +460,30 @@ class ActorSubmitter:
         self.client.loop.create_task(self._kill(i.actor_id, "out_of_scope"))
 
     async def _kill(self, actor_id: bytes, kind: str) -> None:
-        with contextlib.suppress(RpcFailure):
-            await self.client.head().KillActor(
-                pb.KillActorRequest(
-                    actor_id=actor_id,
-                    no_restart=True,
-                    reason="all handles to the actor went out of scope",
-                    kind=kind,
-                ),
-                timeout=10,
-            )
+        """Ask the head to end an actor whose handles are all gone, until it has: a request
+        lost to a busy or paused head (its deadline passed, or the head's grace period)
+        would leave the actor's process running for ever. The kill is idempotent. A head
+        that still fails it after ``KILL_RETRY_S`` is left alone (logged): its own cleanup
+        of this owner's actors then ends it when this process exits."""
+        request = pb.KillActorRequest(
+            actor_id=actor_id,
+            no_restart=True,
+            reason="all handles to the actor went out of scope",
+            kind=kind,
+        )
+        delay = 0.2
+        give_up = time.monotonic() + KILL_RETRY_S
+        while not self.closed:
+            try:
+                await self.client.head().KillActor(request, timeout=30)
+                return
+            except RpcFailure as err:
+                if not is_unavailable(err) or time.monotonic() > give_up:
+                    log.warning("the head did not end actor %s: %r", actor_id.hex()[:8], err)
+                    return
+                log.debug("ending actor %s: will ask again: %r", actor_id.hex()[:8], err)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5.0)
 
     def _do_call_done(self, i: ins.CallDone) -> None:
         with self.lock:

@@ -25,6 +25,7 @@ from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime import proc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.core import generators
+from nbcluster._runtime.core.dormancy import Dormancy
 from nbcluster._runtime.core.head_retry import HeadRetry
 from nbcluster._runtime.core.output import print_task_output
 from nbcluster._runtime.core.ownership import (
@@ -88,6 +89,7 @@ class CoreClient:
         self.thread: threading.Thread | None = None
         self.channels = Channels(token, config.rpc_max_message_bytes)
         self.server: Any = None
+        self.dormancy: Dormancy | None = None  # a worker's gRPC sleeps while idle
         self.exported: set[bytes] = set()
         self._task_prefix = os.urandom(8)
         self._task_counter = 0
@@ -143,14 +145,25 @@ class CoreClient:
         self.loop.run_forever()
 
     async def _start_async(self, servicer_factory: Callable[[CoreClient], Any] | None) -> None:
-        self.server = make_server(self.token, max_message_bytes=self.config.rpc_max_message_bytes)
         self.service = (servicer_factory or CoreWorkerService)(self)
-        pb_grpc.add_CoreWorkerServicer_to_server(self.service, self.server)
-        generators.add_to_server(self, self.server)  # items of generator tasks owned here
-        port = bind(self.server, self.host, 0)
+        self.server, port = self.new_server(0)
         self.address = f"{self.host}:{port}"
         self.table.address = self.address
         await self.server.start()
+        if self.mode == "worker" and self.config.worker_grpc_idle_s > 0:
+            self.dormancy = Dormancy(self, self.config.worker_grpc_idle_s)
+
+    def new_server(self, port: int) -> tuple[Any, int]:
+        """Our CoreWorker server, not started, bound to ``host:port`` (0: any port), and the
+        port bound. A worker's shares its port (``core/dormancy.py``)."""
+        server = make_server(
+            self.token,
+            max_message_bytes=self.config.rpc_max_message_bytes,
+            reuse_port=self.mode == "worker",
+        )
+        pb_grpc.add_CoreWorkerServicer_to_server(self.service, server)
+        generators.add_to_server(self, server)  # items of generator tasks owned here
+        return server, bind(server, self.host, port)
 
     def run(
         self, coro: Coroutine[Any, Any, T] | Callable[[], Any], timeout: float | None = None
@@ -209,6 +222,8 @@ class CoreClient:
             if release:
                 self._queue_release(release)
                 await self._flush_releases()
+            if self.dormancy is not None:
+                await self.dormancy.stop()
             if self.server is not None:
                 await self.server.stop(grace=0.1)
             await self.channels.close()

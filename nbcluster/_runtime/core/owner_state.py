@@ -46,6 +46,7 @@ from nbcluster._runtime.core.instructions import (
 )
 from nbcluster._runtime.core.records import FAST_TASK_S, KeyQueue, Lease, TaskRecord
 from nbcluster._runtime.protocol.protos import nbcluster_pb2 as pb
+from nbcluster._runtime.running_mark import encode as encode_mark
 
 __all__ = ["MAX_LEASE_REQUESTS", "OwnerState"]
 
@@ -384,17 +385,31 @@ class OwnerState:
         return out
 
     def crash_explained(
-        self, lease: Lease, recs: Sequence[TaskRecord], detail: str, node_dead: bool = False
+        self,
+        lease: Lease,
+        recs: Sequence[TaskRecord],
+        detail: str,
+        node_dead: bool = False,
+        started: bytes = b"",
     ) -> Out:
         """Why the worker under ``recs`` died (``detail``, from its node): the task it was
-        running is charged a retry (a memory-monitor kill from its own budget); the tasks
-        queued behind it go back in front, uncharged. Out of retries, it fails with
-        ``NodeDiedError`` when ``node_dead`` (its node died or could not say why), else with
-        ``WorkerCrashedError``."""
+        running is charged a retry (a memory-monitor kill from its own budget); the others
+        go back in front, uncharged. Out of retries, it fails with ``NodeDiedError`` when
+        ``node_dead`` (its node died or could not say why), else with ``WorkerCrashedError``.
+
+        The running task is the one the worker's running mark names (``started``, from its
+        node: see ``running_mark``); tasks before it finished, but their replies died with
+        the worker. Without a mark naming one of ``recs``, it is the first sent (a worker
+        runs its tasks in the order sent)."""
         out: Out = []
         oom = "memory monitor" in detail
         retry: list[TaskRecord] = []
-        running = recs[0] if recs else None  # a worker runs its tasks in the order sent
+        running = recs[0] if recs else None
+        if started:
+            for rec in recs:
+                if encode_mark(rec.task_id, rec.spec.attempt) == started:
+                    running = rec
+                    break
         if running is not None and not running.done and not running.cancelled:
             out.append(RecordCrashedAttempt(running, detail, oom, running.spec.attempt))
         for rec in recs:
@@ -404,7 +419,7 @@ class OwnerState:
                 out.append(Fail(rec, exc.TaskCancelledError(rec.task_id.hex())))
                 continue
             if rec is not running:
-                retry.append(rec)  # queued behind the one that died: no charge
+                retry.append(rec)  # finished unanswered, or queued behind: no charge
                 continue
             if oom:
                 if rec.oom_retries_left is None:

@@ -89,7 +89,7 @@ class PendingReporter:
         self.client = client
         self.running = False
         self.reported = False  # the head holds a snapshot of ours
-        self._stub: Any = None
+        self._stub: tuple[Any, AuthedStub] | None = None  # (channel, stub)
 
     def wake(self) -> None:
         """Tasks were submitted (on the I/O loop): make sure the reporter runs."""
@@ -123,11 +123,11 @@ class PendingReporter:
 
     async def _send(self, events: list[pb.TaskEvent], not_listed: int) -> None:
         client = self.client
-        if self._stub is None:
-            channel = client.channels.channel(client.head_address)
-            self._stub = AuthedStub(tspb_grpc.TaskStateStub(channel), client.token)
+        channel = client.channels.channel(client.head_address)
+        if self._stub is None or self._stub[0] is not channel:  # a worker's may be reopened
+            self._stub = (channel, AuthedStub(tspb_grpc.TaskStateStub(channel), client.token))
         with contextlib.suppress(RpcFailure):  # the next second's snapshot replaces it
-            await self._stub.ReportPendingTasks(
+            await self._stub[1].ReportPendingTasks(
                 tspb.PendingTasks(
                     owner_address=client.address, tasks=events, not_listed=not_listed
                 ),

@@ -102,6 +102,7 @@ class Lease:
         self.lease_id: bytes = grant.lease_id
         self.worker_id: bytes = grant.worker_id
         self.worker_address: str = grant.worker_address
+        self.channel_address: str = grant.worker_channel_address  # "": ask the worker
         self.worker_pid: int = grant.worker_pid
         self.gpu_ids = list(grant.gpu_ids)
         self.node_address = node_address

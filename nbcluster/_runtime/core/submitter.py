@@ -306,7 +306,7 @@ class Submitter:
 
     async def _open_stream(self, lease: Lease) -> None:
         try:
-            call = await self.streams.open(lease.worker_address, lease.lease_id.hex())
+            call = await self.streams.open_lease(lease)
         except (TimeoutError, RpcFailure, OSError) as err:
             log.debug("could not open a stream to worker %s: %r", lease.worker_address, err)
             self._do(self.state.stream_open_failed(lease))
@@ -396,20 +396,20 @@ class Submitter:
         self.client.loop.create_task(self._ask_exit_info(i.lease, i.records))
 
     async def _ask_exit_info(self, lease: Lease, recs: list[TaskRecord]) -> None:
-        detail = f"worker (pid {lease.worker_pid}) died"
+        detail, started = f"worker (pid {lease.worker_pid}) died", b""
         node_dead = lease.node_id in self.dead_nodes
         try:
             if not node_dead:
                 info = await self.client.node(lease.node_address).GetWorkerExitInfo(
                     pb.WorkerRef(worker_id=lease.worker_id), timeout=5
                 )
-                if info.found and info.detail:
-                    detail = info.detail
+                detail = info.detail if info.found and info.detail else detail
+                started = info.started  # what it began last (running_mark): charged
         except RpcFailure:
             node_dead = True  # its node cannot say why: it died (Ray's NODE_DIED)
         if node_dead:
             detail = f"node {lease.node_address} died or cannot be reached"
-        self._do(self.state.crash_explained(lease, recs, detail, node_dead))
+        self._do(self.state.crash_explained(lease, recs, detail, node_dead, started))
 
     def _do_record_crashed_attempt(self, i: ins.RecordCrashedAttempt) -> None:
         # issue 17: the dead worker never reports this attempt; its owner does

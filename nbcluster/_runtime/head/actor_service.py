@@ -47,6 +47,7 @@ def actor_info(rec: ActorRecord) -> pb.ActorInfo:
         actor_id=rec.actor_id,
         state=rec.state,
         address=rec.address,
+        channel_address=rec.channel_address,
         node_id=rec.node_id,
         worker_pid=rec.worker_pid,
         name=rec.name,
@@ -109,13 +110,28 @@ class ActorManager:
                     if not fut.done():
                         fut.set_result(None)
 
-    async def _stop_worker(self, node_address: str, worker_id: bytes) -> None:
+    async def _stop_worker(self, node_address: str, worker_id: bytes, attempts: int = 5) -> None:
+        """Have the node end an actor's process. A busy node may miss a deadline: ask again
+        (the kill is idempotent); a node that stays unreachable is declared dead by its
+        missed heartbeats, which ends its workers' actors anyway."""
         if not node_address or not worker_id:
             return
-        with contextlib.suppress(RpcFailure):
-            await self.channels.stub(node_address, "node").KillWorker(
-                pb.WorkerRef(worker_id=worker_id, force=True), timeout=10
-            )
+        for attempt in range(attempts):
+            try:
+                await self.channels.stub(node_address, "node").KillWorker(
+                    pb.WorkerRef(worker_id=worker_id, force=True), timeout=10
+                )
+                return
+            except RpcFailure as err:
+                if not is_unavailable(err) or attempt == attempts - 1:
+                    log.warning(
+                        "could not have node %s end worker %s: %r",
+                        node_address,
+                        worker_id.hex()[:8],
+                        err,
+                    )
+                    return
+            await asyncio.sleep(0.2 * 2**attempt)
 
     async def _verify(self, ins: Verify, attempts: int = 3) -> None:
         """Ping the worker of an actor restored as ALIVE; restart the actor if it is gone.
@@ -266,6 +282,7 @@ class ActorManager:
                     worker_pid=reply.worker_pid,
                     lease_id=reply.lease_id,
                     address=reply.worker_address,
+                    channel_address=reply.worker_channel_address,
                 )
             )
             spec = pb.TaskSpec()

@@ -34,6 +34,7 @@ class ActorRecord:
     state: int = PENDING
     version: int = 1
     address: str = ""
+    channel_address: str = ""  # the hosting worker's task channel (from its lease)
     node_id: bytes = b""
     node_address: str = ""
     worker_id: bytes = b""
@@ -91,6 +92,9 @@ class ActorTable:
     def __init__(self) -> None:
         self.actors: dict[bytes, ActorRecord] = {}
         self.names: dict[tuple[str, str], bytes] = {}
+        #: Owner address -> ids of the actors it created (an owner's death touches only
+        #: those: a kill or a worker death is not a walk over every actor ever made).
+        self.owned: dict[str, list[bytes]] = {}
 
     def register(
         self, rec: ActorRecord, get_if_exists: bool = False
@@ -112,8 +116,13 @@ class ActorTable:
                         "pick another name, kill it first, or pass get_if_exists=True to reuse it"
                     )
             self.names[key] = rec.actor_id
-        self.actors[rec.actor_id] = rec
+        self._add(rec)
         return rec, False, [Place(rec.actor_id), Changed(rec.actor_id)]
+
+    def _add(self, rec: ActorRecord) -> None:
+        if rec.actor_id not in self.actors:
+            self.owned.setdefault(rec.owner_address, []).append(rec.actor_id)
+        self.actors[rec.actor_id] = rec
 
     def restore(self, rec: ActorRecord, now: float) -> list[ActorInstruction]:
         """An actor read back from disk after a head restart.
@@ -122,7 +131,7 @@ class ActorTable:
         again, and one recorded ALIVE is verified (its worker may have died while the head
         was away, and the report of that death may be lost).
         """
-        self.actors[rec.actor_id] = rec
+        self._add(rec)
         if rec.name and rec.state != DEAD:
             self.names[(rec.namespace, rec.name)] = rec.actor_id
         if rec.state in (PENDING, RESTARTING):
@@ -174,6 +183,7 @@ class ActorTable:
         worker_pid: int,
         lease_id: bytes,
         address: str,
+        channel_address: str = "",
     ) -> list[ActorInstruction]:
         """A worker was leased for the actor; its creation task is about to run there."""
         rec = self.actors.get(actor_id)
@@ -183,6 +193,7 @@ class ActorTable:
             return [StopWorker(node_address, worker_id)]
         rec.node_id, rec.node_address, rec.worker_id = node_id, node_address, worker_id
         rec.worker_pid, rec.lease_id, rec.address = worker_pid, lease_id, address
+        rec.channel_address = channel_address
         return []
 
     def created(self, actor_id: bytes, now: float) -> list[ActorInstruction]:
@@ -279,7 +290,11 @@ class ActorTable:
         stay: they share their owner's fate, not the job's (Ray's ownership)."""
         out: list[ActorInstruction] = []
         kept = self._detached_owned_addresses() if job_id else set()
-        for rec in list(self.actors.values()):
+        if job_id:
+            recs = list(self.actors.values())
+        else:
+            recs = [self.actors[aid] for aid in self.owned.get(owner_address, ())]
+        for rec in recs:
             if rec.detached or rec.state == DEAD:
                 continue
             if (owner_address and rec.owner_address == owner_address) or (

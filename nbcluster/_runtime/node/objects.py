@@ -28,7 +28,7 @@ from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects import transfer
 from nbcluster._runtime.objects.pool import WarmPool
 from nbcluster._runtime.objects.state import StoreState
-from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol import hello, tls
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.protos import transfer_pb2, transfer_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb
@@ -361,7 +361,7 @@ class NodeObjects:
             start = time.monotonic()
             with objstore.RawWriter(self.store_dir, oid, size) as writer:
                 warm = writer.allocated
-                if data_address:
+                if data_address and hello.token_fits(self.token):  # else gRPC carries it
                     await asyncio.to_thread(self._pull, writer, data_address, oid)
                 else:
                     await self._pull_grpc(writer, request.from_address, oid, size)

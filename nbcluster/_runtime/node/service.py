@@ -38,6 +38,7 @@ from nbcluster._runtime.protocol.ctrl import Method
 from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable, is_unavailable
 from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
+from nbcluster._runtime.running_mark import mark_dir, mark_path, read_mark
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
 from nbcluster._runtime.runtime_env.venv_zygote import VenvZygote
 from nbcluster._runtime.scheduling.policy import NodeView
@@ -71,12 +72,13 @@ class WorkerProcesses:
         self.by_pid: dict[int, bytes] = {}
         self.starting: set[bytes] = set()
         self.kill_on_start: dict[bytes, bool] = {}
-        self.exit_info: dict[bytes, tuple[int, str]] = {}
+        self.exit_info: dict[bytes, tuple[int, str, bytes]] = {}  # code, detail, started
         self.exited = asyncio.Event()
         self.oom_details: dict[bytes, str] = {}
         # runtime_env: workers started from a virtual environment's python (not the zygote)
         self.python_worker_env: dict[str, str] = {}
         self.venv_zygotes: dict[str, VenvZygote] = {}
+        mark_dir(session_dir).mkdir(parents=True, exist_ok=True)  # workers' running marks
         os.set_blocking(zygote.ev_r, False)
         asyncio.get_running_loop().add_reader(zygote.ev_r, self._on_events)
 
@@ -148,7 +150,9 @@ class WorkerProcesses:
                 detail = f"worker process (pid {pid}) was {self.oom_details.pop(wid)}"
         else:
             detail = f"worker process (pid {pid}) exited with code {code}"
-        self.exit_info[wid] = (code, detail)
+        # what it began last: its owners charge the crash to that task (running_mark.py)
+        started = read_mark(mark_path(self.session_dir, wid))
+        self.exit_info[wid] = (code, detail, started)
         self.exited.set()
         self.on_exit(wid, code)
 
@@ -242,6 +246,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
                     lease_id=ins.lease.lease_id,
                     worker_id=ins.worker.worker_id,
                     worker_address=ins.worker.address,
+                    worker_channel_address=ins.worker.channel_address,
                     worker_pid=ins.worker.pid,
                     gpu_ids=ins.lease.gpu_ids,
                     node_id=self.state.node_id,
@@ -302,7 +307,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         if registered and self.head_stub is not None:
             detail = ""
             if self.workers is not None:
-                detail = self.workers.exit_info.get(worker_id, (0, ""))[1]
+                detail = self.workers.exit_info.get(worker_id, (0, "", b""))[1]
             self._report_death(worker_id, address, detail)
 
     def _report_death(self, worker_id: bytes, address: str, detail: str) -> None:
@@ -395,7 +400,11 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self, request: pb.WorkerRegisterRequest, context: grpc.aio.ServicerContext
     ):
         record = self.state.workers.get(request.worker_id)
-        self.apply(self.state.worker_registered(request.worker_id, request.pid, request.address))
+        self.apply(
+            self.state.worker_registered(
+                request.worker_id, request.pid, request.address, request.channel_address
+            )
+        )
         return pb.WorkerRegisterReply(
             node_id=self.state.node_id,
             head_address=self.head_address,
@@ -440,13 +449,14 @@ class NodeService(pb_grpc.NodeManagerServicer):
         while True:
             info = self.workers.exit_info.get(request.worker_id)
             if info is not None:
-                code, detail = info
+                code, detail, started = info
                 return pb.WorkerExitInfo(
                     found=True,
                     exited=True,
                     exit_code=max(code, 0),
                     signal=-code if code < 0 else 0,
                     detail=detail,
+                    started=started,
                 )
             if request.worker_id not in self.workers.procs or time.monotonic() > deadline:
                 return pb.WorkerExitInfo(found=request.worker_id in self.workers.procs)

@@ -40,6 +40,7 @@ class WorkerRecord:
     state: WorkerState = WorkerState.STARTING
     pid: int = 0
     address: str = ""
+    channel_address: str = ""  # where it serves task channels (told to its lease holders)
     lease_id: bytes | None = None
     blocked: bool = False
     env: str = ""  # runtime_env key ("" = the plain environment); workers are pooled per env
@@ -249,8 +250,10 @@ class NodeState:
             return []
         return [Redirect(request_id, "CANCELLED")]
 
-    def worker_registered(self, worker_id: bytes, pid: int, address: str) -> list[Instruction]:
-        """A started worker is ready to take tasks."""
+    def worker_registered(
+        self, worker_id: bytes, pid: int, address: str, channel_address: str = ""
+    ) -> list[Instruction]:
+        """A started worker is ready to take tasks (``channel_address``: its task channels)."""
         w = self.workers.get(worker_id)
         if (
             w is not None
@@ -263,6 +266,7 @@ class NodeState:
         if w is None or w.state is not WorkerState.STARTING:
             return [KillWorker(worker_id, "unknown worker registered")]
         w.state, w.pid, w.address = WorkerState.IDLE, pid, address
+        w.channel_address = channel_address
         self.idle.append(worker_id)
         return self._dispatch()
 

@@ -410,7 +410,10 @@ def promote_waiting(store_dir: str) -> int:
         try:
             if lease_state(fd) == "free":
                 unique = os.path.basename(path).split("-", 2)[2]
-                os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
+                try:
+                    os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
+                except FileNotFoundError:  # a writer claimed its kept file meanwhile
+                    continue
                 promoted += size
         finally:
             os.close(fd)

@@ -61,7 +61,7 @@ MIN_RANGE = 16 << 20
 
 _REQUEST = struct.Struct("<QQ")
 _REPLY = struct.Struct("<BQQ")
-_MAX_TOKEN = 512
+_MAX_TOKEN = 255  # the hello carries its length in one byte (protocol/hello.py: MAX_TOKEN)
 _MAX_ID = 256
 _SOCK_BUF = 4 << 20
 

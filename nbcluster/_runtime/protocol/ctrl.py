@@ -20,7 +20,8 @@ little-endian::
 ``n`` counts the bytes after it. Calls on one connection may be answered out of order
 (each runs as its own task). A request with an empty method is a ping, answered at once
 from the loop (how a blocking caller tells a slow call from a stopped peer). The token is
-checked in constant time before any request is read; a silent peer is dropped after
+checked in constant time before any request is read (the hello is ``protocol/hello.py``'s,
+shared with the task channels); a silent peer is dropped after
 ``HELLO_TIMEOUT_S``; a frame over the cluster's message limit closes the connection. TLS:
 with the cluster's certificates the same protocol runs inside mutual TLS
 (``tls.ssl_context``), as the task channels do.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import socket
 import ssl
@@ -44,6 +44,7 @@ import grpc
 
 from nbcluster._runtime.protocol import errors
 from nbcluster._runtime.protocol.errors import RpcFailure
+from nbcluster._runtime.protocol.hello import HELLO_TIMEOUT_S, OK, REFUSED, Hello, token_fits
 from nbcluster._runtime.protocol.protos import ctrl_pb2, ctrl_pb2_grpc
 
 __all__ = [
@@ -63,12 +64,10 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"NBCC"
 VERSION = 1
-OK, REFUSED = 0, 1
-HELLO_TIMEOUT_S = 10.0
+_HELLO = Hello(MAGIC, VERSION)
 PING_ID = 0
 _LEN = struct.Struct("<I")
 _HEAD = struct.Struct("<IIB")  # n, call id, method length (request) or status (reply)
-_MAX_TOKEN = 255
 _BAD_REQUEST = (
     "malformed request: the message could not be decoded (is the client the same version?)"
 )
@@ -188,26 +187,12 @@ class _ServerProtocol(asyncio.Protocol):
             self.timer.cancel()
         self.server._conns.discard(self)
 
-    def _hello(self) -> bool | None:
-        """True once the hello checked out; None while it is incomplete; False: refuse."""
-        buf = self.buf
-        if len(buf) < 6:
-            return None
-        if buf[:4] != MAGIC or buf[4] != VERSION:
-            return False
-        n = buf[5]
-        if len(buf) < 6 + n:
-            return None
-        ok = hmac.compare_digest(bytes(buf[6 : 6 + n]), self.server.token)
-        del buf[: 6 + n]
-        return ok
-
     def data_received(self, data: bytes) -> None:
         self.buf += data
         transport = self.transport
         assert transport is not None
         if not self.authed:
-            ok = self._hello()
+            ok = _HELLO.take(self.buf, self.server.token)
             if ok is None:
                 return
             if not ok:
@@ -324,18 +309,6 @@ def _split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def token_fits(token: str) -> bool:
-    """Whether ``token`` fits a control channel's hello (else callers stay on gRPC)."""
-    return len(token.encode()) <= _MAX_TOKEN
-
-
-def _hello(token: str) -> bytes:
-    tok = token.encode()
-    if len(tok) > _MAX_TOKEN:
-        raise ValueError("the cluster token is too long for a control channel")
-    return MAGIC + bytes([VERSION, len(tok)]) + tok
-
-
 def _result(status: int, payload: bytes, reply_type: type, peer: str) -> Any:
     if status == OK:
         return reply_type.FromString(payload)
@@ -368,7 +341,7 @@ class CtrlClient:
         self.address = address
         self.max_frame = max_frame
         self.silent_s = silent_s
-        self._hello = _hello(token)
+        self._hello = _HELLO.encode(token)
         self._ssl = ssl_context
         self._server_hostname = server_hostname
         self._lock = threading.Lock()
@@ -553,7 +526,7 @@ async def open_async(
 ) -> AsyncCtrlConnection:
     """Open a control channel to ``address`` on the running loop (:class:`CtrlBroken` or
     ``PERMISSION_DENIED`` when it fails)."""
-    hello = _hello(token)
+    hello = _HELLO.encode(token)
     loop = asyncio.get_running_loop()
     conn = AsyncCtrlConnection(address, max_frame)
     host, port = _split(address)

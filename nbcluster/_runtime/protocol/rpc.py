@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -29,6 +29,7 @@ __all__ = [
     "Channels",
     "pb",
     "pb_grpc",
+    "Activity",
     "AuthedStub",
     "LazyStub",
     "SyncStub",
@@ -40,6 +41,7 @@ __all__ = [
     "make_channel",
     "make_server",
     "make_sync_channel",
+    "track_activity",
 ]
 
 _AUTH_KEY = "authorization"
@@ -51,6 +53,36 @@ def _message_options(max_message_bytes: int) -> list[tuple[str, Any]]:
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
     ]
+
+
+class Activity:
+    """The gRPC calls of this process in flight, client side and server side (streams count
+    while open). A worker tracks them to close its gRPC runtime while idle
+    (``core/dormancy.py``). Loop thread only: calls are made, and handlers run, there."""
+
+    __slots__ = ("inflight", "on_idle")
+
+    def __init__(self, on_idle: Callable[[], None]) -> None:
+        self.inflight = 0
+        self.on_idle = on_idle  # called each time the count falls to zero
+
+    def begin(self) -> None:
+        self.inflight += 1
+
+    def end(self, _call: Any = None) -> None:
+        self.inflight -= 1
+        if not self.inflight:
+            self.on_idle()
+
+
+_activity: Activity | None = None
+
+
+def track_activity(activity: Activity | None) -> None:
+    """Count every call made through :class:`AuthedStub` and every call served by a server
+    of :func:`make_server` in ``activity`` from now on (None: stop counting)."""
+    global _activity
+    _activity = activity
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -123,13 +155,15 @@ def _validating_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler
         if handler.response_streaming:
 
             async def stream_stream(it: Any, context: grpc.aio.ServicerContext) -> Any:
-                async for reply in inner_stream(checked_iter(it, context), context):
-                    yield reply
+                with _serving():
+                    async for reply in inner_stream(checked_iter(it, context), context):
+                        yield reply
 
             return grpc.stream_stream_rpc_method_handler(stream_stream, safe_des, ser)
 
         async def stream_unary(it: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await inner_stream(checked_iter(it, context), context)
+            with _serving():
+                return await inner_stream(checked_iter(it, context), context)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, safe_des, ser)
     if handler.response_streaming:
@@ -138,8 +172,9 @@ def _validating_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if request is _MALFORMED:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _BAD_REQUEST)
-            async for reply in inner_us(request, context):
-                yield reply
+            with _serving():
+                async for reply in inner_us(request, context):
+                    yield reply
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, safe_des, ser)
     inner = handler.unary_unary
@@ -147,9 +182,30 @@ def _validating_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler
     async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if request is _MALFORMED:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _BAD_REQUEST)
-        return await inner(request, context)
+        activity = _activity
+        if activity is None:
+            return await inner(request, context)
+        activity.begin()
+        try:
+            return await inner(request, context)
+        finally:
+            activity.end()
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, safe_des, ser)
+
+
+@contextlib.contextmanager
+def _serving() -> Iterator[None]:
+    """Count a served streaming call in the tracked :class:`Activity` while it runs."""
+    activity = _activity
+    if activity is None:
+        yield
+        return
+    activity.begin()
+    try:
+        yield
+    finally:
+        activity.end()
 
 
 def _refusing_handler(
@@ -189,8 +245,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def make_server(token: str, *, max_message_bytes: int = 512 * 2**20) -> grpc.aio.Server:
-    """A grpc.aio server that enforces the cluster token on every method."""
+def make_server(
+    token: str, *, max_message_bytes: int = 512 * 2**20, reuse_port: bool = False
+) -> grpc.aio.Server:
+    """A grpc.aio server that enforces the cluster token on every method (``reuse_port``:
+    its listeners set ``SO_REUSEPORT``, so a worker's placeholder can share its port while
+    the server starts or stops; ``core/dormancy.py``)."""
     if not token:
         raise ValueError("a cluster token is required to start a server")
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(token)]
@@ -201,7 +261,7 @@ def make_server(token: str, *, max_message_bytes: int = 512 * 2**20) -> grpc.aio
         interceptors=interceptors,
         options=[
             *_message_options(max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(reuse_port)),
         ],
     )
 
@@ -300,8 +360,14 @@ def _authed(method: Any, md: tuple[tuple[str, str], ...], peer: str) -> Callable
         extra = kwargs.pop("metadata", None)
         meta = md + tuple(extra) if extra else md
         if request is None:
-            return method(metadata=meta, **kwargs)
-        return method(request, metadata=meta, **kwargs)
+            made = method(metadata=meta, **kwargs)
+        else:
+            made = method(request, metadata=meta, **kwargs)
+        activity = _activity
+        if activity is not None:
+            activity.begin()
+            made.add_done_callback(activity.end)
+        return made
 
     if isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
         return _translating(call, peer)
@@ -459,6 +525,10 @@ class Channels:
         self._stubs: dict[tuple[str, str], AuthedStub] = {}
         self.retry_budget_s = 3.0
 
+    def __len__(self) -> int:
+        """How many channels are open."""
+        return len(self._channels)
+
     def channel(self, address: str) -> Any:
         """The shared channel to ``address`` (for stubs of other services)."""
         channel = self._channels.get(address)
@@ -485,6 +555,14 @@ class Channels:
                 stub = RetryingStub(stub, self.retry_budget_s)  # type: ignore[assignment]
             self._stubs[key] = stub
         return stub
+
+    def detach(self) -> list[Any]:
+        """Forget every channel and stub (the next call opens a new channel) and return the
+        old channels for the caller to close."""
+        old = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        return old
 
     async def close(self) -> None:
         for ch in self._channels.values():

@@ -29,8 +29,10 @@ from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.driver import CoreDriver
 from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
+from nbcluster._runtime.protocol import faults
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
+from nbcluster._runtime.running_mark import RunningMark
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
 from nbcluster._runtime.task_events import RunningAttempts, error_info
@@ -132,6 +134,7 @@ class Executor:
         self.actor_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: tuple[str, str] = ("", "")
         self.direct: DirectLoop | None = None  # a plain sync actor's channels
+        self.mark: RunningMark | None = None  # what this process began last (running_mark)
         self._async_methods: dict[str, bool] = {}  # actor method name -> a coroutine?
 
     # -- called on the I/O loop ------------------------------------------------------------
@@ -217,10 +220,17 @@ class Executor:
                     return
                 if item[0] == "create":
                     _, spec, fut = item
-                    fut.set_result(self.create_actor(spec))
+                    result = self.create_actor(spec)
                     if self.actor is not None and self.actor_runner is None:
-                        self._serve_direct()  # a plain sync actor: see worker/direct.py
+                        # A plain sync actor (worker/direct.py): its main thread takes its
+                        # channels from before the creation is answered, so a caller that
+                        # connects the moment the actor is alive is adopted, not left on the
+                        # I/O loop.
+                        self.direct = self._direct_loop()
+                        fut.set_result(result)
+                        self._serve_direct(self.direct)
                         return
+                    fut.set_result(result)
                     continue
                 self._run_item(item)
             except KeyboardInterrupt:
@@ -242,6 +252,9 @@ class Executor:
                 return  # requeued to the owner while we were blocked
             self.running = spec.task_id
             self.running_stream = stream
+        mark = self.mark
+        if mark is not None:  # read by the node should this process die running it
+            mark.set(spec.task_id, spec.attempt)
         reply = self._captured(spec, stream, self.execute)
         with self._lock:
             self.running = b""
@@ -257,8 +270,8 @@ class Executor:
             os._exit(0)
 
     # -- a plain sync actor: its main thread reads its channels (worker/direct.py) ----------
-    def _serve_direct(self) -> None:
-        direct = DirectLoop(
+    def _direct_loop(self) -> DirectLoop:
+        return DirectLoop(
             max_frame=self.client.config.rpc_max_message_bytes,
             loop=self.client.loop,
             run_call=self._run_one,
@@ -267,7 +280,8 @@ class Executor:
             idle_after=lambda: MAPPED_LINGER_S if len(self.mapped) else None,
             idle=self.mapped.clear,
         )
-        self.direct = direct
+
+    def _serve_direct(self, direct: DirectLoop) -> None:
         direct.wake()  # anything queued before the switch
         while True:
             try:
@@ -592,6 +606,8 @@ class Executor:
 
     def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
         if spec.disable_task_events:  # enable_task_events=False (Ray's per-method option)
+            with self.events_lock:
+                self.live.ended(spec.task_id)  # no longer running (and never reported)
             return
         # The event itself is built by the flush, off the call's path (see _task_event).
         ev = (spec, reply.start_time, reply.end_time, self.last_error if reply.is_error else None)
@@ -599,6 +615,10 @@ class Executor:
             self.events.append(ev)
             self.live.ended(spec.task_id)
         self.events_ready.set()
+
+    def busy(self) -> bool:
+        """A task or actor call runs now."""
+        return len(self.live) > 0
 
 
 def _task_event(client: CoreClient, ev: Any) -> pb.TaskEvent:
@@ -691,7 +711,12 @@ def main() -> None:
     context.set_client(client, CoreDriver(client))
     reply = client.run(
         lambda: client.node().RegisterWorker(
-            pb.WorkerRegisterRequest(worker_id=worker_id, pid=os.getpid(), address=client.address),
+            pb.WorkerRegisterRequest(
+                worker_id=worker_id,
+                pid=os.getpid(),
+                address=client.address,
+                channel_address=client.service.channel_address(),
+            ),
             timeout=30,
         )
     )
@@ -699,12 +724,16 @@ def main() -> None:
     client.head_address = reply.head_address
     client.store_dir = reply.store_dir
     client.session_dir = reply.session_dir
+    executor.mark = RunningMark.open(reply.session_dir, worker_id)
     # issue 17: apply this worker's runtime_env before any task runs; children inherit it
     runtime_env_driver.set_worker_env(client, reply.runtime_env)
+    faults.freeze()  # this process's variables are set: read them once
     if parent_fd >= 0:
         client.loop.call_soon_threadsafe(
             proc.watch_parent, client.loop, parent_fd, lambda: os._exit(1)
         )
+    if client.dormancy is not None:  # gRPC sleeps while this worker idles
+        client.loop.call_soon_threadsafe(client.dormancy.start, executor.busy)
     asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
     asyncio.run_coroutine_threadsafe(flush_forever(executor.output), client.loop)
     install_output(executor.output)

@@ -68,12 +68,16 @@ class WorkerService(CoreWorkerService):
             max_frame=self.client.config.rpc_max_message_bytes,
             ssl_context=tls.ssl_context(settings, server=True) if settings else None,
             adopt=self.executor.adopt_channel,
+            local=self.client.config.task_channel_local,
         )
         await self.channels.start(self.client.host)
 
+    def channel_address(self) -> str:
+        """Where this worker serves task channels ("": it does not)."""
+        return self.channels.address if self.channels is not None else ""
+
     async def TaskChannel(self, request: pb.Empty, context: Any) -> pb.TaskChannelReply:
-        channels = self.channels
-        return pb.TaskChannelReply(address=channels.address if channels is not None else "")
+        return pb.TaskChannelReply(address=self.channel_address())
 
     async def PushTasks(self, request_iterator: Any, context: Any) -> Any:
         lease_hex = dict(context.invocation_metadata() or ()).get("nbc-lease", "")

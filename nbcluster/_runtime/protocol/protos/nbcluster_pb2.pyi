@@ -318,7 +318,7 @@ class ShutdownRequest(_message.Message):
     def __init__(self, stop_nodes: _Optional[bool] = ...) -> None: ...
 
 class ActorInfo(_message.Message):
-    __slots__ = ("actor_id", "state", "address", "node_id", "worker_pid", "name", "namespace", "class_name", "num_restarts", "max_restarts", "death_cause", "init_error", "version", "owner_address", "job_id", "detached", "worker_id", "death_kind", "start_time", "end_time", "handle_meta")
+    __slots__ = ("actor_id", "state", "address", "node_id", "worker_pid", "name", "namespace", "class_name", "num_restarts", "max_restarts", "death_cause", "init_error", "version", "owner_address", "job_id", "detached", "worker_id", "death_kind", "start_time", "end_time", "handle_meta", "channel_address")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         PENDING: _ClassVar[ActorInfo.State]
@@ -350,6 +350,7 @@ class ActorInfo(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     HANDLE_META_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     actor_id: bytes
     state: ActorInfo.State
     address: str
@@ -371,7 +372,8 @@ class ActorInfo(_message.Message):
     start_time: float
     end_time: float
     handle_meta: bytes
-    def __init__(self, actor_id: _Optional[bytes] = ..., state: _Optional[_Union[ActorInfo.State, str]] = ..., address: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., class_name: _Optional[str] = ..., num_restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., death_cause: _Optional[str] = ..., init_error: _Optional[bytes] = ..., version: _Optional[int] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., detached: _Optional[bool] = ..., worker_id: _Optional[bytes] = ..., death_kind: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., handle_meta: _Optional[bytes] = ...) -> None: ...
+    channel_address: str
+    def __init__(self, actor_id: _Optional[bytes] = ..., state: _Optional[_Union[ActorInfo.State, str]] = ..., address: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_pid: _Optional[int] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., class_name: _Optional[str] = ..., num_restarts: _Optional[int] = ..., max_restarts: _Optional[int] = ..., death_cause: _Optional[str] = ..., init_error: _Optional[bytes] = ..., version: _Optional[int] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., detached: _Optional[bool] = ..., worker_id: _Optional[bytes] = ..., death_kind: _Optional[str] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., handle_meta: _Optional[bytes] = ..., channel_address: _Optional[str] = ...) -> None: ...
 
 class RegisterActorRequest(_message.Message):
     __slots__ = ("spec", "resources", "name", "namespace", "detached", "get_if_exists", "max_restarts", "class_name", "preferred_node", "strategy", "handle_meta")
@@ -588,7 +590,7 @@ class LeaseRequest(_message.Message):
     def __init__(self, resources: _Optional[_Mapping[str, float]] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., no_spillback: _Optional[bool] = ..., request_id: _Optional[bytes] = ..., strategy: _Optional[str] = ..., runtime_env: _Optional[str] = ...) -> None: ...
 
 class LeaseReply(_message.Message):
-    __slots__ = ("status", "lease_id", "worker_id", "worker_address", "worker_pid", "gpu_ids", "spill_address", "message", "node_id")
+    __slots__ = ("status", "lease_id", "worker_id", "worker_address", "worker_pid", "gpu_ids", "spill_address", "message", "node_id", "worker_channel_address")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         GRANTED: _ClassVar[LeaseReply.Status]
@@ -610,6 +612,7 @@ class LeaseReply(_message.Message):
     SPILL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_CHANNEL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     status: LeaseReply.Status
     lease_id: bytes
     worker_id: bytes
@@ -619,7 +622,8 @@ class LeaseReply(_message.Message):
     spill_address: str
     message: str
     node_id: bytes
-    def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., worker_pid: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., spill_address: _Optional[str] = ..., message: _Optional[str] = ..., node_id: _Optional[bytes] = ...) -> None: ...
+    worker_channel_address: str
+    def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., worker_pid: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., spill_address: _Optional[str] = ..., message: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_channel_address: _Optional[str] = ...) -> None: ...
 
 class OwnerRef(_message.Message):
     __slots__ = ("owner_address",)
@@ -642,14 +646,16 @@ class CancelLeaseRequest(_message.Message):
     def __init__(self, request_id: _Optional[bytes] = ...) -> None: ...
 
 class WorkerRegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "pid", "address")
+    __slots__ = ("worker_id", "pid", "address", "channel_address")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     worker_id: bytes
     pid: int
     address: str
-    def __init__(self, worker_id: _Optional[bytes] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    channel_address: str
+    def __init__(self, worker_id: _Optional[bytes] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., channel_address: _Optional[str] = ...) -> None: ...
 
 class WorkerRegisterReply(_message.Message):
     __slots__ = ("node_id", "head_address", "store_dir", "session_dir", "runtime_env")
@@ -776,18 +782,20 @@ class WorkerRef(_message.Message):
     def __init__(self, worker_id: _Optional[bytes] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class WorkerExitInfo(_message.Message):
-    __slots__ = ("found", "exited", "exit_code", "signal", "detail")
+    __slots__ = ("found", "exited", "exit_code", "signal", "detail", "started")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     EXITED_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
     found: bool
     exited: bool
     exit_code: int
     signal: int
     detail: str
-    def __init__(self, found: _Optional[bool] = ..., exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+    started: bytes
+    def __init__(self, found: _Optional[bool] = ..., exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., detail: _Optional[str] = ..., started: _Optional[bytes] = ...) -> None: ...
 
 class NodeStatsReply(_message.Message):
     __slots__ = ("node", "idle_workers", "leased_workers", "pending_leases", "store")
