@@ -53,6 +53,10 @@ class Config:
     task_channel_local: bool = True
     """On one host, task channels go over an abstract Unix socket instead of TCP (without
     TLS; ``core/channel.py``, "Same host"; ``NBCLUSTER_TASK_CHANNEL_LOCAL=0``: TCP only)."""
+    actor_thread_reads: bool = True
+    """A thread waiting in ``get`` for an actor call it sent reads the reply off the actor's
+    channel itself, while no other call to that actor is out (``core/actor_submitter.py``,
+    "Thread reads"; False: the I/O loop reads every reply; ``NBCLUSTER_ACTOR_THREAD_READS=0``)."""
     worker_grpc_idle_s: float = 2.0
     """A worker with no gRPC call in flight and no task running for this long closes its
     gRPC server and channels until they are needed, so that gRPC's threads stop waking it

@@ -44,6 +44,7 @@ HELPERS = {
     "head_retry": ports.HeadRetryHost,
     "service": ports.ServiceHost,
     "actor_submitter": ports.ActorSubmitterHost,
+    "node_watch": ports.NodeWatchHost,
 }
 #: members every object has (``generators.registry`` keeps its table in ``__dict__``)
 IMPLICIT = {"__dict__"}

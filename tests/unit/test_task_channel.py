@@ -359,7 +359,9 @@ def test_on_one_host_a_channel_goes_over_the_workers_unix_socket() -> None:
         assert batch is not None and [r.task_id for r in batch.replies] == [b"1"]
         assert worker.leases == ["abcd"]
         # A frame written from another thread goes the same way.
-        sent = ch.send_from_thread(channel.batch_frame(pb.TaskSpec(task_id=b"2").SerializeToString()))
+        sent = ch.send_from_thread(
+            channel.batch_frame(pb.TaskSpec(task_id=b"2").SerializeToString())
+        )
         assert sent > 0
         batch = await ch.read()
         assert batch is not None and [r.task_id for r in batch.replies] == [b"2"]
@@ -388,6 +390,7 @@ def test_the_unix_socket_checks_the_token_and_is_named_per_cluster_and_address()
         )
         with pytest.raises(channel.ChannelRefused):
             await channel.connect(server.address, "x" * 64, max_frame=LIMIT)
+
         # The right name with a wrong token in the hello is refused too.
         def wrong_token() -> bytes:
             with socket.socket(socket.AF_UNIX) as raw:
@@ -401,5 +404,85 @@ def test_the_unix_socket_checks_the_token_and_is_named_per_cluster_and_address()
         await server.close()
         with pytest.raises(OSError):
             await channel.connect(server.address, TOKEN, max_frame=LIMIT)
+
+    _run(main())
+
+
+def test_a_thread_reads_replies_while_the_loop_is_paused_then_the_loop_reads_on() -> None:
+    """Thread reads (actor_submitter): with the loop's reading paused, a thread reads the
+    socket (whole frames, a partial one kept for the next reader); after resume the loop
+    delivers what follows; the end of the stream is reported, not swallowed."""
+
+    async def main() -> None:
+        worker = Worker()
+        server = await _server(worker)
+        ch = await channel.connect(server.address, TOKEN, "", max_frame=LIMIT)
+        delivered: list[pb.ReplyBatch | None] = []
+        ch.on_replies(delivered.append)
+        assert ch.thread_readable()
+        ch.pause_reads()
+        assert ch.reads_paused
+        for i in range(5):
+            await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"%d" % i)]))
+        got: list[bytes] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while len(got) < 5:
+            assert loop.time() < deadline, got
+            batch, ok = await asyncio.to_thread(ch.read_from_thread)
+            assert ok
+            if batch is not None:
+                got += [r.task_id for r in batch.replies]
+            await asyncio.sleep(0.01)
+        assert got == [b"%d" % i for i in range(5)]
+        assert delivered == []  # the loop read nothing meanwhile
+        # a partial frame read by the thread is completed by the loop after resume
+        proto = ch._proto
+        reply = pb.ReplyBatch(replies=[pb.TaskReply(task_id=b"x")]).SerializeToString()
+        frame = channel._LEN.pack(len(reply)) + reply
+        assert proto.feed(frame[:3]) is False
+        ch.resume_reads()
+        proto.data_received(frame[3:])
+        assert [r.task_id for b in delivered if b for r in b.replies] == [b"x"]
+        await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"after")]))
+        while not any(r.task_id == b"after" for b in delivered if b for r in b.replies):
+            await asyncio.sleep(0.01)
+        # the end, seen by a reading thread, comes back as not ok
+        ch.pause_reads()
+        await server.close()
+        deadline = loop.time() + 10
+        while True:
+            assert loop.time() < deadline
+            _batch, ok = await asyncio.to_thread(ch.read_from_thread)
+            if not ok:
+                break
+            await asyncio.sleep(0.01)
+        ch.cancel()
+
+    _run(main())
+
+
+def test_a_frame_over_the_limit_read_by_a_thread_is_not_ok() -> None:
+    async def main() -> None:
+        a, b = socket.socketpair()
+        loop = asyncio.get_running_loop()
+        proto = channel._ClientProtocol(loop, max_frame=8)
+        transport, _ = await loop.connect_accepted_socket(lambda: proto, a)
+        proto.status.set_result(channel.OK)
+        own = socket.socket(a.family, a.type, fileno=__import__("os").dup(a.fileno()))
+        ch = channel.TaskChannel(transport, proto, own)
+        ch.on_replies(lambda _b: None)
+        ch.pause_reads()
+        b.sendall(channel._LEN.pack(100) + b"y" * 100)
+        deadline = loop.time() + 10
+        while True:
+            assert loop.time() < deadline
+            batch, ok = ch.read_from_thread()
+            if not ok:
+                break
+            await asyncio.sleep(0.01)
+        assert batch is None
+        ch.cancel()
+        b.close()
 
     _run(main())

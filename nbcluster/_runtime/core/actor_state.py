@@ -70,6 +70,12 @@ class ActorConn:
         self.outbox: list[Any] = []
         self.writing = False
         self.handoff = False  # a caller's thread left part of a frame for the loop to write
+        # Thread reads (actor_submitter.py): the loop's reading of ``call`` is paused and
+        # the thread waiting for a reply reads it; how many threads wait that way; when
+        # the last call went out from a caller's thread.
+        self.thread_reads = False
+        self.readers = 0
+        self.last_direct = 0.0
 
 
 class ActorCallState:

@@ -17,14 +17,33 @@ no wake-up of it until the reply comes. (A call made while others are in flight 
 loop's way, so a burst leaves in one write per wake-up of the loop, not one system call
 per call.) Every event of the state machine and every write to an actor's channel happens
 under one lock (:attr:`ActorSubmitter.lock`), so the two threads never reorder calls.
+
+**Thread reads: the caller's thread reads the reply too.** When the loop has handed over
+the last reply of an actor and nothing else is out to it, it stops reading that actor's
+channel (``TaskChannel.pause_reads``) and the channel is the callers': a thread that then
+waits in ``get`` for the call it wrote (:meth:`ActorSubmitter.wait_reading`) polls the
+socket itself and handles the reply where it reads it, under the same lock, so a call
+costs no wake-up of the loop at all, neither way. The loop takes the channel back
+(:meth:`ActorSubmitter._loop_reads`) before it writes a call to it, before any event of
+its own on the actor (cancel, kill, release), before an observer on the loop waits for
+one of its calls' results (a task's argument, an async waiter, another process asking),
+when a reply carries output (printed in order, from the loop), when the socket ends, when
+a call has waited ``THREAD_READ_WATCH_S`` with nobody reading it (nobody waits with
+``get``: the reply and the call's output must still come in) and when the channel was
+idle for ``THREAD_READ_IDLE_S``. Only the thread reading and the loop ever read the
+socket, one at a time: a thread reads only under the lock and while the channel is the
+callers'. On the main thread, a Ctrl-C that lands while a reply is being read and handled
+is held until that is done (:class:`_HeldInterrupt`), so a reply is never half handled.
 """
 
 from __future__ import annotations
 
+import _signal  # (signal's own functions, without its enum conversions: a hot path)
 import asyncio
 import collections
 import contextlib
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -61,6 +80,17 @@ log = logging.getLogger(__name__)
 #: How long an owner keeps asking the head to end an actor dropped out of scope while the
 #: head cannot be reached (or fails the call): then it gives up, logging a warning.
 KILL_RETRY_S = 600.0
+#: Thread reads (module docstring): how long a call written by a caller's thread may wait
+#: with no thread reading its channel before the loop reads it again (and how often the
+#: loop looks), and how long an idle actor's channel stays the callers'.
+THREAD_READ_WATCH_S = 0.02
+THREAD_READ_IDLE_S = 0.5
+#: How long a thread that waits for its reply first polls without sleeping: a reply that
+#: comes within it costs no wake-up of the waiting thread (on a VM, waking a thread on
+#: another CPU costs both sides tens of microseconds: benchmarks/RESULTS.md).
+THREAD_READ_SPIN_S = 0.0003
+#: How long a thread reading an actor's replies waits in one poll (Ctrl-C stays prompt).
+_POLL_MS = 100
 
 
 class ActorSubmitter:
@@ -86,6 +116,12 @@ class ActorSubmitter:
         self.state = ActorCallState(pending=lambda aid: self.pending_counts.get(aid, 0))
         self._dirty: list[ActorConn] = []  # outboxes to write at the end of this loop turn
         self._flush_scheduled = False
+        # Thread reads: actors whose channel is the callers', the loop's check on them.
+        self.thread_reads_on = client.config.actor_thread_reads
+        self._thread_conns: set[ActorConn] = set()
+        self._watch_handle: asyncio.TimerHandle | None = None
+        #: Replies read and handled by the thread that waited for them.
+        self.thread_read_replies = 0
         self._handlers: dict[type, Callable[[Any], None]] = {
             ins.WatchActor: self._do_watch,
             ins.ConnectActor: self._do_connect,
@@ -162,7 +198,7 @@ class ActorSubmitter:
             return False
         frame = batch_frame(rec.spec.SerializeToString())
         rec.resolved = True
-        rec.submitted_at = time.monotonic()
+        rec.submitted_at = conn.last_direct = time.monotonic()
         conn.inflight[rec.task_id] = rec
         sent = call.send_from_thread(frame)
         self.sent_direct += 1
@@ -176,6 +212,7 @@ class ActorSubmitter:
         """The loop writes what a caller's thread could not (then what waited behind it)."""
         with self.lock:
             conn.handoff = False
+            self._loop_reads(conn)
             if conn.call is call:
                 with contextlib.suppress(ConnectionError):
                     call.write_bytes_nowait(rest)
@@ -231,16 +268,21 @@ class ActorSubmitter:
         ``TaskCancelledError``; a call sent to the actor is cancelled there (an async actor's
         call gets ``asyncio.CancelledError``; a sync one sees ``is_canceled()``), and its
         reply says how it ended."""
-        self._event(self.state.cancel, rec)
+        with self.lock:
+            self._loop_reads_of(rec.spec.actor_id)
+            self._do(self.state.cancel(rec))
 
     def _killed(self, actor_id: bytes) -> None:
         with self.lock:
+            self._loop_reads_of(actor_id)
             no_restart = self._kill_news.pop(actor_id, None)
             if no_restart is not None:  # (not applied already by enqueue)
                 self._do(self.state.killed(actor_id, no_restart))
 
     def _release_when_idle(self, actor_id: bytes) -> None:
-        self._event(self.state.release_when_idle, actor_id)
+        with self.lock:
+            self._loop_reads_of(actor_id)
+            self._do(self.state.release_when_idle(actor_id))
 
     # -- instructions -------------------------------------------------------------------------
     def _do(self, out: list[Any]) -> None:
@@ -283,6 +325,7 @@ class ActorSubmitter:
 
     def _do_connect(self, i: ins.ConnectActor) -> None:
         conn = i.conn
+        self._drop_thread_reads(conn)
         if conn.call is not None:
             with contextlib.suppress(Exception):
                 conn.call.cancel()
@@ -339,6 +382,7 @@ class ActorSubmitter:
 
     def _do_close_stream(self, i: ins.CloseActorStream) -> None:
         conn = i.conn
+        self._drop_thread_reads(conn)
         if conn.call is not None:
             with contextlib.suppress(Exception):
                 conn.call.cancel()
@@ -374,6 +418,7 @@ class ActorSubmitter:
         conn.writing = False
         if not conn.outbox or conn.call is None or conn.handoff:
             return
+        self._loop_reads(conn)  # replies of what goes out now come to the loop
         drain = False
         write_nowait = getattr(conn.call, "write_nowait", None)
         if write_nowait is not None:
@@ -436,16 +481,206 @@ class ActorSubmitter:
         return on_replies
 
     def _replies(self, conn: ActorConn, stream: int, batch: pb.ReplyBatch) -> None:
+        """Replies the loop read (or a reading thread left to it: output first)."""
         with self.lock:
             for record in batch.logs:  # an actor call's output goes to its caller's cell
                 self.client.submitter._on_log(record, conn.inflight.get(record.task_id))
             if batch.replies:
                 self._do(self.state.replies(conn, stream, batch.replies))
+            if not conn.inflight and self.thread_reads_on:
+                self._to_threads(conn)
 
     def _stream_ended(self, conn: ActorConn, call: Any, stream: int) -> None:
-        if conn.call is call:
-            conn.call = None
-        self._event(self.state.stream_ended, conn, stream)
+        with self.lock:
+            if conn.call is call:
+                conn.call = None
+                self._drop_thread_reads(conn)
+            self._do(self.state.stream_ended(conn, stream))
+
+    # -- thread reads (module docstring) ---------------------------------------------------
+    def _to_threads(self, conn: ActorConn) -> None:
+        """The loop handled the last reply of an actor with nothing else out: the next
+        reply is read by the thread that waits for it (loop thread, lock held)."""
+        call = conn.call
+        if (
+            conn.thread_reads
+            or conn.queue
+            or conn.outbox
+            or conn.writing
+            or conn.handoff
+            or conn.state != ALIVE
+            or conn.death is not None
+            or conn.killing
+            or conn.kill_when_idle
+            or self._kill_news
+            or self._unqueued.get(conn.actor_id)
+            or self.state.closed
+            or call is None
+        ):
+            return
+        readable = getattr(call, "thread_readable", None)
+        if readable is None or not readable():
+            return
+        call.pause_reads()
+        conn.thread_reads = True
+        conn.last_direct = time.monotonic()
+        self._thread_conns.add(conn)
+        if self._watch_handle is None:
+            self._watch_handle = self.client.loop.call_later(
+                THREAD_READ_WATCH_S, self._watch_thread_reads
+            )
+
+    def _loop_reads(self, conn: ActorConn) -> None:
+        """The loop reads ``conn``'s replies again (loop thread, lock held)."""
+        if conn.thread_reads:
+            conn.thread_reads = False
+            self._thread_conns.discard(conn)
+        call = conn.call
+        if call is not None and getattr(call, "reads_paused", False):
+            call.resume_reads()
+
+    def _loop_reads_of(self, actor_id: bytes) -> None:
+        conn = self.state.conns.get(actor_id)
+        if conn is not None:
+            self._loop_reads(conn)
+
+    def _drop_thread_reads(self, conn: ActorConn) -> None:
+        """``conn``'s channel is closed or replaced (a new one starts with the loop)."""
+        conn.thread_reads = False
+        self._thread_conns.discard(conn)
+
+    def _watch_thread_reads(self) -> None:
+        """The loop takes back a channel whose call waited ``THREAD_READ_WATCH_S`` with no
+        thread reading it, or that was idle for ``THREAD_READ_IDLE_S`` (runs while some
+        channel is the callers')."""
+        self._watch_handle = None
+        now = time.monotonic()
+        with self.lock:
+            for conn in list(self._thread_conns):
+                if not conn.thread_reads:
+                    self._thread_conns.discard(conn)
+                elif conn.readers:
+                    continue
+                elif now - conn.last_direct >= (
+                    THREAD_READ_WATCH_S if conn.inflight else THREAD_READ_IDLE_S
+                ):
+                    self._loop_reads(conn)
+            if self._thread_conns and not self.state.closed:
+                self._watch_handle = self.client.loop.call_later(
+                    THREAD_READ_WATCH_S, self._watch_thread_reads
+                )
+
+    def loop_reads_for(self, entry: Any) -> None:
+        """An observer on the loop is about to wait for ``entry`` (a task's argument, an
+        async waiter, another process's question): if an actor call of a channel the
+        callers read makes it, the loop reads that channel from now on. Called before the
+        observer looks at the entry, so no reply can complete it unseen."""
+        rec = entry.task
+        if self._thread_conns and rec is not None and getattr(rec, "actor", False):
+            with self.lock:
+                self._loop_reads_of(rec.spec.actor_id)
+
+    def loop_reads_soon(self, entries: Any) -> None:
+        """:meth:`loop_reads_for` the actor calls behind ``entries``, from any thread (an
+        observer that does not read: a callback, an awaiting loop, a wait on several). A
+        channel the callers read has at most one call out: with many entries, every such
+        channel with a call out is handed to the loop (no walk over the entries)."""
+        if not self._thread_conns:
+            return
+        with self.lock:
+            busy = [c for c in self._thread_conns if c.inflight]
+        if busy and len(entries) <= 16:
+            aids = {e.task.spec.actor_id for e in entries if getattr(e.task, "actor", False)}
+            busy = [c for c in busy if c.actor_id in aids]
+        if busy:
+            self.client.call_soon(self._loop_reads_all, busy)
+
+    def _loop_reads_all(self, conns: list[ActorConn]) -> None:
+        with self.lock:
+            for conn in conns:
+                self._loop_reads(conn)
+
+    def wait_reading(self, entries: Any, flag: Any, deadline: float | None) -> None:
+        """A user thread waits for ``entries`` (not ready): when they are the results of
+        one actor call on a channel the callers read, read its replies here until ``flag``
+        is set, the deadline passes or the loop takes the channel back (then return: the
+        caller waits on ``flag`` as usual). Results of other channels the callers read are
+        handed to the loop."""
+        if not self._thread_conns:
+            return
+        rec = entries[0].task
+        if any(e.task is not rec for e in entries) or not getattr(rec, "actor", False):
+            self.loop_reads_soon(entries)
+            return
+        with self.lock:
+            conn = self.state.conns.get(rec.spec.actor_id)
+            if conn is None or not conn.thread_reads or rec.task_id not in conn.inflight:
+                return
+            call = conn.call
+            conn.readers += 1
+        try:
+            self._read_until(conn, call, flag, deadline)
+        finally:
+            with self.lock:
+                conn.readers -= 1
+
+    def _read_until(self, conn: ActorConn, call: Any, flag: Any, deadline: float | None) -> None:
+        poller = select.poll()
+        poller.register(call.fileno(), select.POLLIN)
+        poll = poller.poll
+        held = _HeldInterrupt() if threading.current_thread() is threading.main_thread() else None
+        spin_until = time.perf_counter() + THREAD_READ_SPIN_S
+        while not flag.is_set():
+            ms = _POLL_MS
+            if deadline is not None:
+                ms = max(0, min(ms, int((deadline - time.monotonic()) * 1000)))
+            if spin_until:  # a short call's reply comes before sleeping would pay off
+                while not poll(0) and time.perf_counter() < spin_until:
+                    pass
+                spin_until = 0.0
+            poll(ms)
+            with self.lock:
+                if not conn.thread_reads or conn.call is not call:
+                    return  # the loop reads it now
+                if held is None:
+                    self._read_replies(conn, call)
+                else:
+                    with held:
+                        self._read_replies(conn, call)
+            if ms == 0 and deadline is not None and time.monotonic() >= deadline:
+                return
+
+    def _read_replies(self, conn: ActorConn, call: Any) -> None:
+        """Read and handle what ``conn``'s channel holds, on a caller's thread (lock held;
+        the channel is the callers')."""
+        batch, ok = call.read_from_thread()
+        stream = conn.stream
+        if batch is not None and batch.logs:  # output first, from the loop, in order
+            self._to_loop(conn, call, stream, batch)
+            return
+        if batch is not None and batch.replies:
+            self.thread_read_replies += len(batch.replies)
+            for i in self.state.replies(conn, stream, batch.replies):
+                if type(i) is ins.CallDone or type(i) is ins.Complete:
+                    self._handlers[type(i)](i)  # (thread-safe: the table has its lock)
+                else:
+                    self.client.call_soon(self._locked, self._do, [i])
+        if not ok:
+            self._to_loop(conn, call, stream, None)  # the loop meets the end or error
+
+    def _to_loop(self, conn: ActorConn, call: Any, stream: int, batch: Any) -> None:
+        """A reading thread gives the channel back to the loop, with a batch to handle
+        first (lock held)."""
+        self._drop_thread_reads(conn)
+        self.client.call_soon(self._locked, self._loop_takes, conn, call, stream, batch)
+
+    def _loop_takes(self, conn: ActorConn, call: Any, stream: int, batch: Any) -> None:
+        if conn.call is not call:
+            return
+        if batch is not None:
+            self._replies(conn, stream, batch)
+        if not conn.thread_reads:
+            call.resume_reads()
 
     def _do_cancel_remote(self, i: ins.CancelActorRemote) -> None:
         self.client.loop.create_task(self._cancel_remote(i.address, i.task_id))
@@ -504,4 +739,40 @@ class ActorSubmitter:
 
     def shutdown(self) -> None:
         """This process stops: close every actor stream."""
-        self._event(self.state.close)
+        with self.lock:
+            for conn in list(self._thread_conns):
+                self._drop_thread_reads(conn)
+            if self._watch_handle is not None:
+                self._watch_handle.cancel()
+                self._watch_handle = None
+            self._do(self.state.close())
+
+
+class _HeldInterrupt:
+    """Holds a Ctrl-C (SIGINT) that lands on the main thread inside the block, and raises
+    it when the block is done: a reply read off an actor's channel is handled whole."""
+
+    __slots__ = ("_prev", "_got")
+
+    def __init__(self) -> None:
+        self._prev: Any = None
+        self._got: tuple[int, Any] | None = None
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self._got = (signum, frame)
+
+    def __enter__(self) -> None:
+        prev = _signal.getsignal(_signal.SIGINT)
+        self._prev = prev if callable(prev) else None
+        self._got = None
+        if self._prev is not None:
+            _signal.signal(_signal.SIGINT, self._hold)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        prev = self._prev
+        if prev is None:
+            return
+        _signal.signal(_signal.SIGINT, prev)  # (a signal still pending is held first)
+        got, self._got, self._prev = self._got, None, None
+        if got is not None:
+            prev(*got)

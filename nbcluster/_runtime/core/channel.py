@@ -63,6 +63,7 @@ VERSION = 1
 _HELLO = Hello(MAGIC, VERSION)
 _LEN = struct.Struct("<I")
 _MAX_LEASE = 255
+_THREAD_READ = 1 << 16  # bytes a caller's thread reads per recv (below malloc's mmap threshold)
 
 #: ``serve(batches, lease_hex)``: the worker's stream handler (replies for the batches).
 Serve = Callable[[AsyncIterator[pb.TaskBatch], str], AsyncIterator[pb.ReplyBatch]]
@@ -267,11 +268,24 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if not self.status.done():
+            self.status.set_result(data[0])
+            data = data[1:]
+        got = self.feed(data)
+        if got is None:
+            if self.transport is not None:
+                self.transport.abort()
+            self._end()
+        elif got:
+            self._wake()
+
+    def feed(self, data: bytes) -> bool | None:
+        """Add received bytes; cut the frames they complete into :attr:`frames`. True
+        when a frame was completed; None when a frame is over the limit (the connection
+        must be closed). Runs on the loop, or on a caller's thread while the loop's
+        reading is paused (:meth:`TaskChannel.read_from_thread`)."""
         buf = self._buf
         buf += data
-        if not self.status.done():
-            self.status.set_result(buf[0])
-            del buf[:1]
         pos = 0
         n_buf = len(buf)
         got = False
@@ -279,10 +293,7 @@ class _ClientProtocol(asyncio.Protocol):
             (n,) = _LEN.unpack_from(buf, pos)
             if n > self.max_frame:
                 log.warning("task channel: a %d-byte frame is over the limit; closing", n)
-                if self.transport is not None:
-                    self.transport.abort()
-                self._end()
-                return
+                return None
             if n_buf - pos - 4 < n:
                 break
             self.frames.append(bytes(buf[pos + 4 : pos + 4 + n]))
@@ -290,8 +301,7 @@ class _ClientProtocol(asyncio.Protocol):
             got = True
         if pos:
             del buf[:pos]
-        if got:
-            self._wake()
+        return got
 
     def eof_received(self) -> bool:
         self._end()
@@ -366,6 +376,7 @@ class TaskChannel:
         # A duplicate of the socket of a channel without TLS, for writes from other threads: the
         # loop may close its own descriptor at any time, ours stays valid until cancel().
         self._sock = sock
+        self._reads_paused = False
 
     def thread_writable(self) -> bool:
         """True when a frame written now from another thread (the writers' lock held) goes
@@ -435,6 +446,66 @@ class TaskChannel:
         proto._deliver()  # what came before
         if proto.ended:
             callback(None)
+
+    # -- replies read by a caller's thread (core/actor_submitter.py, "Thread reads") -------
+    def thread_readable(self) -> bool:
+        """True when a caller's thread can read this channel's replies: no TLS (the loop
+        owns the TLS state), open, and its frames delivered as they arrive."""
+        return (
+            self._sock is not None
+            and not self._closed
+            and not self._proto.ended
+            and self._proto.on_replies is not None
+        )
+
+    @property
+    def reads_paused(self) -> bool:
+        """True while the loop does not read the socket (:meth:`pause_reads`)."""
+        return self._reads_paused
+
+    def pause_reads(self) -> None:
+        """Stop the loop reading the socket (on the loop): a caller's thread reads it."""
+        if not self._reads_paused and not self._closed:
+            self._reads_paused = True
+            self._transport.pause_reading()
+
+    def resume_reads(self) -> None:
+        """The loop reads the socket again (on the loop)."""
+        if self._reads_paused:
+            self._reads_paused = False
+            if not self._closed:
+                self._transport.resume_reading()
+
+    def fileno(self) -> int:
+        """The descriptor a caller's thread polls while the loop's reading is paused."""
+        assert self._sock is not None
+        return self._sock.fileno()
+
+    def read_from_thread(self) -> tuple[pb.ReplyBatch | None, bool]:
+        """Read what the socket holds now, without blocking, on a caller's thread while
+        the loop's reading is paused (the caller holds the lock that orders the two):
+        the replies that completed frames (None: none yet), and False when the channel
+        met its end or an error, or a frame over the limit (the loop then reads on and
+        meets it as usual). Bytes of a partial frame stay for the next reader."""
+        proto = self._proto
+        sock = self._sock
+        assert sock is not None
+        ok = True
+        while True:
+            try:
+                data = sock.recv(_THREAD_READ, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                ok = False
+                break
+            if not data or proto.feed(data) is None:
+                ok = False
+                break
+            if len(data) < _THREAD_READ:
+                break
+        frames, proto.frames = proto.frames, []
+        return (_parse_replies(frames) if frames else None), ok
 
     def cancel(self) -> None:
         """Close the channel (the worker sees its owner hang up)."""

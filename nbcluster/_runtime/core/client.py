@@ -620,6 +620,7 @@ class CoreClient:
             if self.mode == "worker":
                 blocked = True
                 self.on_blocked(True)
+            self.actor_submitter.wait_reading(pending, waiter.event, deadline)  # its replies
             while not waiter.event.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -651,15 +652,20 @@ class CoreClient:
         (this client's I/O loop), possibly under the table's lock: it must only hand off
         (set an event, ``call_soon_threadsafe``), never block or deserialize.
         """
-        entry = self.ensure_tracked([ref])[0]
-        with self.table.lock:
-            queued = entry.state != READY
-            if queued:
-                if entry.waiters is None:
-                    entry.waiters = []
-                entry.waiters.append(CallbackWaiter(callback))
-        if not queued:
+        if not self._queue_waiter(self.ensure_tracked([ref])[0], CallbackWaiter(callback)):
             callback()
+
+    def _queue_waiter(self, entry: Entry, waiter: Any) -> bool:
+        """Add ``waiter`` to ``entry``'s; False when it is ready already. Such a waiter
+        reads no actor's reply itself: the loop does (actor_submitter, "Thread reads")."""
+        with self.table.lock:
+            if entry.state == READY:
+                return False
+            if entry.waiters is None:
+                entry.waiters = []
+            entry.waiters.append(waiter)
+        self.actor_submitter.loop_reads_soon([entry])
+        return True
 
     async def get_async(self, ref: Any) -> Any:
         """The ref's value, awaited on the caller's event loop (``await ref``).
@@ -679,13 +685,7 @@ class CoreClient:
                 loop.call_soon_threadsafe(_resolve_once, ready)
 
             waiter = CallbackWaiter(wake)
-            with self.table.lock:
-                queued = entry.state != READY
-                if queued:
-                    if entry.waiters is None:
-                        entry.waiters = []
-                    entry.waiters.append(waiter)
-            if queued:
+            if self._queue_waiter(entry, waiter):
                 try:
                     await ready
                 except BaseException:

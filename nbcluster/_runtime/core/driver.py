@@ -130,7 +130,12 @@ class CoreDriver:
         if no_restart:  # a call this breaks says the actor was killed (F07)
             client.actor_submitter.killing(actor_id)
         try:
-            client.call_head("KillActor", lambda head: head.KillActor(request, timeout=10))
+            # (a head busy ending hundreds of actors may take seconds: the kill is idempotent
+            # and the grace period is what a user waits for any head call)
+            client.call_head(
+                "KillActor",
+                lambda head: head.KillActor(request, timeout=client.config.head_grace_period_s),
+            )
         except BaseException:
             if no_restart:
                 client.actor_submitter.kill_aborted(actor_id)

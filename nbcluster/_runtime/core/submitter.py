@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core import instructions as ins
 from nbcluster._runtime.core.channel import StreamOpener
+from nbcluster._runtime.core.node_watch import NodeWatch
 from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, Release
 from nbcluster._runtime.core.pending_tasks import PendingReporter
@@ -72,9 +73,10 @@ class Submitter:
         self._flush_scheduled = False
         self._open: set[bytes] = set()  # tasks (not actor calls) submitted and not yet done
         self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
-        self.node_watch_running = False
-        self.node_watch_hold = 0.0  # keep watching until this time (monotonic) at least
-        self.dead_nodes: set[bytes] = set()
+        self.node_watch = NodeWatch(
+            client, self.state.has_work_out, lambda: self.closed, self.node_died
+        )
+        self.dead_nodes = self.node_watch.dead
         self.pending_report = PendingReporter(client)  # issue 17: list_tasks sees waiting tasks
         self.streams = StreamOpener(client)  # task channels (or gRPC streams) to workers
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -478,6 +480,8 @@ class Submitter:
                 if rec.lineage is None:  # pin the lineage of arguments that can be rebuilt
                     rec.lineage = {}
                 rec.lineage[oid] = entry.task
+            if entry is not None:  # a reply a caller's thread would read comes here now
+                self.client.actor_submitter.loop_reads_for(entry)
             if entry is None or entry.state == READY:
                 continue
             pending += 1
@@ -512,6 +516,7 @@ class Submitter:
 
     def add_async_waiter(self, entry: Entry, fut: asyncio.Future[None]) -> None:
         """Complete ``fut`` when ``entry`` becomes ready (loop thread)."""
+        self.client.actor_submitter.loop_reads_for(entry)
         if entry.state == READY:
             fut.set_result(None)
             return
@@ -637,38 +642,9 @@ class Submitter:
 
     # -- node failures -------------------------------------------------------------------------
     def ensure_node_watch(self, hold_s: float = 0.0) -> None:
-        """Watch for dead nodes while this process has work out in the cluster (and for at
-        least ``hold_s`` seconds: a get() waiting for an owned object's node to be judged)."""
-        self.node_watch_hold = max(self.node_watch_hold, time.monotonic() + hold_s)
-        if not self.node_watch_running and not self.closed:
-            self.node_watch_running = True
-            self.client.loop.create_task(self._watch_nodes())
-
-    async def _watch_nodes(self) -> None:
-        client = self.client
-        interval = max(0.2, min(1.0, client.config.heartbeat_interval_s * 2))
-        try:
-            while not self.closed:
-                await asyncio.sleep(interval)
-                if not self.state.has_work_out() and time.monotonic() > self.node_watch_hold:
-                    # Nothing out in the cluster: stop polling (an idle driver costs the head
-                    # nothing). A new lease, or a get() that cannot reach an owned object,
-                    # starts the watch again; it then sees the deaths it missed.
-                    break
-                try:
-                    reply = await client.head().GetNodes(
-                        pb.GetNodesRequest(include_dead=True), timeout=10
-                    )
-                except RpcFailure:
-                    continue
-                for n in reply.nodes:
-                    if not n.alive and n.node_id not in self.dead_nodes:
-                        self.dead_nodes.add(n.node_id)
-                        self.node_died(
-                            n.node_id, n.address, n.death_reason or "it stopped responding"
-                        )
-        finally:
-            self.node_watch_running = False
+        """Watch for dead nodes while work is out (and ``hold_s`` s at least: a get() waits
+        for an owned object's node to be judged); see ``node_watch.py``."""
+        self.node_watch.ensure(hold_s)
 
     def node_died(self, node_id: bytes, address: str, reason: str) -> None:
         """A node is gone: its leases failed; objects that lived only there are lost."""
