@@ -47,10 +47,15 @@ def wait_recv(a: socket.socket, n: int) -> float:
     return time.perf_counter() - t
 
 
-def wait_poll(a: socket.socket, n: int) -> float:
+def _poller(a: socket.socket) -> select.poll:
     a.setblocking(False)
     poller = select.poll()
     poller.register(a.fileno(), select.POLLIN)
+    return poller
+
+
+def wait_poll(a: socket.socket, n: int) -> float:
+    poller = _poller(a)
     t = time.perf_counter()
     for _ in range(n):
         a.send(MSG)
@@ -92,9 +97,7 @@ def wait_relay(a: socket.socket, n: int) -> float:
 
 
 def wait_spin(a: socket.socket, n: int) -> float:
-    a.setblocking(False)
-    poller = select.poll()
-    poller.register(a.fileno(), select.POLLIN)
+    poller = _poller(a)
     t = time.perf_counter()
     for _ in range(n):
         a.send(MSG)
