@@ -630,6 +630,8 @@ class ActorSubmitter:
         poll = poller.poll
         held = _HeldInterrupt() if threading.current_thread() is threading.main_thread() else None
         spin_until = time.perf_counter() + THREAD_READ_SPIN_S
+        if deadline is not None and deadline - time.monotonic() < THREAD_READ_SPIN_S:
+            spin_until = 0.0  # (wait(timeout=0) and the like: one look, no polling)
         while not flag.is_set():
             ms = _POLL_MS
             if deadline is not None:
