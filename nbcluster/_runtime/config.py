@@ -57,6 +57,10 @@ class Config:
     """A thread waiting in ``get`` for an actor call it sent reads the reply off the actor's
     channel itself, while no other call to that actor is out (``core/actor_submitter.py``,
     "Thread reads"; False: the I/O loop reads every reply; ``NBCLUSTER_ACTOR_THREAD_READS=0``)."""
+    direct_tasks: bool = True
+    """A worker's main thread reads its task leases' channels and runs each task where it
+    reads it, as a plain sync actor's does (``worker/direct.py``; False: the I/O loop reads
+    them and queues the tasks; ``NBCLUSTER_DIRECT_TASKS=0``)."""
     worker_grpc_idle_s: float = 2.0
     """A worker with no gRPC call in flight and no task running for this long closes its
     gRPC server and channels until they are needed, so that gRPC's threads stop waking it

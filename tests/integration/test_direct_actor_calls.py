@@ -1,5 +1,5 @@
 """A plain sync actor's calls are read and answered by its worker's main thread
-(worker/direct.py): real cluster, real sockets."""
+(worker/direct.py): real cluster, real sockets. (Task leases' channels: test_direct_tasks.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot im
 
 
 def _direct_view() -> dict[str, Any]:
-    """Inside an actor call: which thread runs it, and the channels its main thread serves."""
+    """Inside an actor call: which thread runs it, whether it came on a channel the main
+    thread reads, and how many actor channels the main thread serves."""
     from nbcluster._runtime import context
     from nbcluster._runtime.worker.direct import DirectStream
 
@@ -24,11 +25,12 @@ def _direct_view() -> dict[str, Any]:
     channels = 0
     if direct is not None:
         channels = sum(
-            isinstance(key.data, DirectStream) for key in direct._selector.get_map().values()
+            isinstance(key.data, DirectStream) and not key.data.lease
+            for key in direct._selector.get_map().values()
         )
     return {
         "main_thread": threading.current_thread() is threading.main_thread(),
-        "direct": direct is not None,
+        "direct": isinstance(executor.running_stream, DirectStream),
         "channels": channels,
     }
 
@@ -81,8 +83,10 @@ def test_a_plain_sync_actor_serves_its_callers_channels_on_its_main_thread(
 @nbcluster.remote
 class SlowToSwitch:
     """A plain actor whose main thread is slow to start serving its channels: its
-    ``__init__`` (on the main thread, before the creation is answered) makes building the
-    direct loop take 0.3 s, the stall a loaded machine can put there."""
+    ``__init__`` (on the main thread, before the creation is answered) makes building a
+    direct loop take 0.3 s, the stall a loaded machine can put there. (The main thread now
+    serves from the worker's start, so no loop is built after the creation; the caller must
+    still be adopted.)"""
 
     def __init__(self) -> None:
         import time

@@ -218,14 +218,16 @@ def _pipelined():
             fh.write(f"{mode}:{ctx.get_task_id()}:{ctx.get_worker_id()}:{ctx.get_node_id()}\n")
         if mode == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
-        if mode == "hold" and not os.path.exists(go + ".held"):  # first run: lose its reply
-            open(go + ".held", "w").close()
+        if mode == "gate":  # the tasks behind it reach this worker while it runs
             deadline = time.monotonic() + 20
             while not os.path.exists(go) and time.monotonic() < deadline:
                 time.sleep(0.01)
-            time.sleep(0.3)  # the next task reaches this worker's queue
-            # The reply leaves from the I/O loop, held up here until the next task has run
-            # (and killed this process): the reply is lost, as when a crash comes first.
+        if mode == "hold" and not os.path.exists(go + ".held"):  # first run: lose its reply
+            open(go + ".held", "w").close()
+            # Its reply is held up until the next task has run (and killed this process):
+            # lost, as when a crash comes first. Read off a task lease's channel by the main
+            # thread (worker/direct.py), the two came in one read and the reply waits for the
+            # rest of it; read by the I/O loop, the reply leaves from the loop, stalled here.
             context.require_client().loop.call_soon_threadsafe(time.sleep, 3.0)
         return mode
 
@@ -242,10 +244,13 @@ def test_a_crash_is_charged_to_the_task_that_ran_not_to_one_whose_reply_died(
     step = _pipelined()
     # Known fast (the first run, which loads the function, is not): pipelined from now on.
     assert set(nbcluster.get([step.remote(str(runs), "ok", "") for _ in range(40)])) == {"ok"}
+    gate = step.remote(str(runs), "gate", str(go))
+    poll_for(lambda: any(m.startswith("gate") for m in _marks(runs)), timeout=20)
     hold = step.remote(str(runs), "hold", str(go))
-    poll_for(lambda: any(m.startswith("hold") for m in _marks(runs)), timeout=20)
     crash = step.options(max_retries=1).remote(str(runs), "crash", "")
+    time.sleep(0.5)  # both reach the worker while the gate runs
     go.touch()
+    assert nbcluster.get(gate, timeout=60) == "gate"
     with pytest.raises(WorkerCrashedError, match=r"SIGKILL.*attempts: 2"):
         nbcluster.get(crash, timeout=60)
     assert nbcluster.get(hold, timeout=60) == "hold"  # its reply was lost: run again, uncharged

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from nbcluster._runtime.protocol.rpc import pb
-from nbcluster._runtime.worker.direct import DirectLoop, DirectStream
+from nbcluster._runtime.worker.direct import DirectLoop, DirectStream, hung_up
 
 LEN = struct.Struct("<I")
 MAX_FRAME = 1 << 20
@@ -52,7 +52,7 @@ def read_frames(sock: socket.socket, n: int) -> list[pb.ReplyBatch]:
 class Worker:
     """A DirectLoop served on its own thread, with an I/O loop beside it."""
 
-    def __init__(self, run_call: Any = None) -> None:
+    def __init__(self, run_call: Any = None, dropped: Any = None) -> None:
         self.io = asyncio.new_event_loop()
         self.io_thread = threading.Thread(target=self.io.run_forever, daemon=True)
         self.io_thread.start()
@@ -69,6 +69,8 @@ class Worker:
             register=lambda spec, stream: self.registered.append(spec.task_id),
             idle_after=lambda: 0.05 if self.idle_calls == 0 else None,
             idle=self.on_idle,
+            dropped=dropped,
+            requeued=lambda spec: pb.TaskReply(task_id=spec.task_id, requeued=True),
         )
         self.thread = threading.Thread(target=self.direct.run, daemon=True)
         self.thread.start()
@@ -84,9 +86,9 @@ class Worker:
     def on_idle(self) -> None:
         self.idle_calls += 1
 
-    def connect(self) -> socket.socket:
+    def connect(self, lease: str = "") -> socket.socket:
         ours, theirs = socket.socketpair()
-        self.direct.adopt(theirs)
+        self.direct.adopt(theirs, lease)
         ok = ours.recv(1)
         assert ok == b"\x00", "the hello's answer comes on the adopted socket"
         return ours
@@ -201,3 +203,67 @@ def test_wake_runs_queued_work_and_idle_runs_when_nothing_happens(worker: Worker
             break
         deadline.wait(0.05)
     assert worker.queued and worker.idle_calls == 1
+
+
+def test_a_blocked_task_lends_its_lease_channel_and_the_loop_requeues_what_comes() -> None:
+    blocked, resume = threading.Event(), threading.Event()
+    holder: list[Worker] = []
+
+    def run_call(spec: pb.TaskSpec, stream: DirectStream) -> None:
+        w = holder[0]
+        w.ran.append((spec.task_id, threading.current_thread().name))
+        if spec.task_id == b"\x01" * 4:  # blocks in get: the loop reads meanwhile
+            w.direct.lend()
+            blocked.set()
+            assert resume.wait(10)
+            w.direct.take_back()
+        stream.send(pb.TaskReply(task_id=spec.task_id))
+
+    dropped: list[DirectStream] = []
+    w = Worker(run_call, dropped=dropped.append)
+    holder.append(w)
+    try:
+        caller = w.connect(lease="ab")
+        caller.sendall(frame(specs(1)))
+        assert blocked.wait(10)
+        # Two frames, the second split in two writes: answered by the I/O loop, requeued.
+        second = frame(specs(2, 3))
+        caller.sendall(frame(specs(4)) + second[:5])
+        caller.sendall(second[5:])
+        got: list[tuple[bytes, bool]] = []
+        while len(got) < 3:
+            got += [(r.task_id, r.requeued) for b in read_frames(caller, 1) for r in b.replies]
+        assert sorted(got) == [(bytes([i]) * 4, True) for i in (2, 3, 4)]
+        fifth = frame(specs(5))
+        caller.sendall(fifth[:5])  # half a frame, read by the loop
+        threading.Event().wait(0.1)
+        resume.set()
+        (batch,) = read_frames(caller, 1)
+        assert [(r.task_id, r.requeued) for r in batch.replies] == [(b"\x01" * 4, False)]
+        # Taken back: the main thread finishes the half frame and runs the call.
+        caller.sendall(fifth[5:])
+        (batch,) = read_frames(caller, 1)
+        assert [(r.task_id, r.requeued) for r in batch.replies] == [(b"\x05" * 4, False)]
+        assert [t for t, _ in w.ran] == [b"\x01" * 4, b"\x05" * 4]
+        assert {name for _, name in w.ran} == {w.thread.name}
+        caller.close()  # the owner hangs up: the lease's channel is dropped (its lease returned)
+        deadline = threading.Event()
+        for _ in range(200):
+            if dropped:
+                break
+            deadline.wait(0.05)
+        assert [s.lease for s in dropped] == ["ab"]
+    finally:
+        resume.set()
+        w.close()
+
+
+def test_an_owner_that_hung_up_is_seen_without_reading_its_calls() -> None:
+    ours, theirs = socket.socketpair()
+    stream = DirectStream(theirs, MAX_FRAME, None, "ab")
+    assert not hung_up(stream)
+    ours.sendall(frame(specs(1)))  # calls sent, unread
+    assert not hung_up(stream)
+    ours.close()  # then it died
+    assert hung_up(stream)
+    theirs.close()

@@ -351,6 +351,27 @@ def test_a_requeued_task_goes_back_in_front_uncharged() -> None:
     assert rec.retries_left == 3 and rec.spec.attempt == 0
 
 
+def test_a_task_requeued_behind_a_blocked_one_goes_to_another_worker_not_back() -> None:
+    # ``running`` blocks in get on ``behind``, pipelined to its worker: the worker answers
+    # ``behind`` "requeued". Sent back there it would bounce until ``running`` timed out.
+    st = _state(max_depth=4)
+    first = _rec()
+    lease, _ = _granted_lease(st, first)
+    st.replies(lease, [_reply(first, start_time=1.0, end_time=1.0 + FAST_TASK_S / 10)])
+    running, behind = _rec(), _rec()
+    assert _of(_submit(st, running), ins.Send)[0].records == [running]
+    assert _of(_submit(st, behind), ins.Send)[0].records == [behind]  # fast: pipelined
+    out = st.replies(lease, [_reply(behind, requeued=True)])
+    assert _of(out, ins.Send) == [] and len(_of(out, ins.RequestLease)) == 1  # elsewhere
+    assert list(st.keys[behind.key].queue) == [behind] and behind.retries_left == 3
+    later = _rec()
+    assert _of(_submit(st, later), ins.Send) == []  # nothing more behind the blocked one
+    # Once what it ran is done, the worker takes tasks again.
+    out = st.replies(lease, [_reply(running, start_time=1.0, end_time=1.0 + FAST_TASK_S / 10)])
+    sent = [r for s in _of(out, ins.Send) for r in s.records]
+    assert sent[0] is behind and not lease.blocked  # (``later`` waits for its share)
+
+
 def test_a_cancelled_reply_fails_the_task_as_cancelled() -> None:
     st = _state()
     rec = _rec()

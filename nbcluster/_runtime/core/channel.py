@@ -155,7 +155,7 @@ class ChannelServer:
         *,
         max_frame: int,
         ssl_context: ssl.SSLContext | None = None,
-        adopt: Callable[[asyncio.StreamWriter], bool] | None = None,
+        adopt: Callable[[asyncio.StreamWriter, str], bool] | None = None,
         local: bool = True,
     ) -> None:
         self._token = token.encode()
@@ -203,11 +203,11 @@ class ChannelServer:
                     writer.write(bytes([REFUSED]))
                 return
             _nodelay(writer)
-            # An actor's channel: a plain sync actor's main thread may take the socket
-            # (worker/direct.py); the hello is answered on it once it is theirs.
+            # The worker's main thread may take the socket (a task lease's, or a plain sync
+            # actor's: worker/direct.py); the hello is answered on it once it is theirs.
             adopt = self._adopt
             idle = not getattr(reader, "_buffer", b"")  # nothing read past the hello
-            if not lease_hex and adopt is not None and idle and adopt(writer):
+            if adopt is not None and idle and adopt(writer, lease_hex):
                 return
             writer.write(bytes([OK]))
             pack = _LEN.pack

@@ -143,7 +143,9 @@ class OwnerState:
             return
         depth = kq.depth(self.max_depth)
         queue = kq.queue
-        usable = [le for le in kq.leases if not (le.dead or le.exiting or le.returned)]
+        usable = [
+            le for le in kq.leases if not (le.dead or le.exiting or le.returned or le.blocked)
+        ]
         if queue and usable:
             # Pipelining hides round trips for tiny tasks, but must not hoard work on one
             # worker: each lease gets at most its share of the queue (counting the leases
@@ -345,7 +347,10 @@ class OwnerState:
             return
         if reply.requeued:
             kq.queue.appendleft(rec)
+            lease.blocked = bool(lease.inflight)  # its running task blocks: none behind it
             return
+        if not lease.inflight:
+            lease.blocked = False
         duration = max(0.0, reply.end_time - reply.start_time)
         kq.avg_duration = (
             duration if kq.avg_duration == 1.0 else 0.8 * kq.avg_duration + 0.2 * duration

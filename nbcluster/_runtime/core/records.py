@@ -111,6 +111,9 @@ class Lease:
         self.dead = False
         self.exiting = False
         self.returned = False
+        # Its worker answered "requeued" (its task blocks in get): nothing more goes to it
+        # until what it runs is done (the task it waits for may be the one sent back).
+        self.blocked = False
         self.idle = False  # an idle-return timer is set (the shell holds its handle)
         self.idle_gen = 0  # which idle timer is current (a stale one does nothing)
         # The shell's side: the stream, what waits to be written, whether a writer runs,

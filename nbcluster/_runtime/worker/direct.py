@@ -1,7 +1,7 @@
-"""Direct task channels: a plain sync actor's main thread reads its calls and answers them.
+"""Direct task channels: the worker's main thread reads its calls and answers them.
 
-A plain sync actor (``max_concurrency=1``, no concurrency groups, not async) runs its calls
-one at a time on the worker's main thread. Served on the I/O loop, each call would cross
+A task worker (its leases' channels) and a plain sync actor (``max_concurrency=1``, no
+concurrency groups, not async) run their calls one at a time on the worker's main thread. Served on the I/O loop, each call would cross
 two more threads: the loop reads the frame and queues the call for the main thread, which
 runs it and queues the reply back for the loop to write. Here the loop only checks a new
 channel's hello (the token, as for any channel) and then hands the connected socket to the
@@ -12,6 +12,12 @@ and writes the reply itself: one thread from the socket to the method and back.
 The output a call prints while it runs still goes out from the loop (the periodic flush);
 the rest of it goes with the reply. ``OutputCapture.send_lock`` keeps a call's output in
 order between the two. TLS channels stay on the loop (the loop owns the TLS state).
+
+A task that blocks in ``get`` (a task worker's) lends its lease channels to the I/O loop
+until it resumes (:meth:`DirectLoop.lend`): tasks the owner pipelined behind it are
+answered "requeued" at once, as on the loop's streams, instead of waiting behind it (the
+task it waits for may be one of them). While a task runs, the loop checks now and then that
+its owner has not hung up (:func:`hung_up`; the worker shares its owner's fate).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import selectors
 import socket
 import struct
@@ -33,7 +40,7 @@ from nbcluster._runtime.protocol import faults
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.worker.owner_stream import log_records
 
-__all__ = ["DirectLoop", "DirectStream"]
+__all__ = ["DirectLoop", "DirectStream", "detach", "hung_up"]
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +62,20 @@ class DirectStream:
     HOLD_MAX = 256
 
     def __init__(
-        self, sock: socket.socket, max_frame: int, loop: asyncio.AbstractEventLoop | None = None
+        self,
+        sock: socket.socket,
+        max_frame: int,
+        loop: asyncio.AbstractEventLoop | None = None,
+        lease: str = "",
     ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.max_frame = max_frame
         self.loop = loop
+        self.lease = lease  # a task lease's channel (hex id); "" for an actor's
         self.open = True
         self.cut = False  # testing (F13): replies of a cut batch are lost
+        self.retried: set[bytes] = set()  # testing (F13): no faults while a retry is out
         self.more = False  # set by the main thread: calls of the same read wait to run
         self._buf = bytearray()
         self._wlock = threading.Lock()
@@ -75,7 +88,7 @@ class DirectStream:
             out = self._out
             first = not out.replies
             out.replies.append(reply)
-            if self.more and len(out.replies) < self.HOLD_MAX:
+            if self.more and len(out.replies) < self.HOLD_MAX and not reply.worker_exiting:
                 if first and self.loop is not None:  # a deadline for the held replies
                     with contextlib.suppress(RuntimeError):
                         self.loop.call_soon_threadsafe(self._arm)
@@ -93,6 +106,12 @@ class DirectStream:
         replies."""
         with self._wlock:
             self._out.logs.extend(log_records(task_id, chunks))
+            self._flush_locked()
+
+    def send_now(self, reply: pb.TaskReply) -> None:
+        """Send a reply now, with anything held (any thread)."""
+        with self._wlock:
+            self._out.replies.append(reply)
             self._flush_locked()
 
     def flush(self) -> None:
@@ -118,10 +137,12 @@ class DirectStream:
         if (
             out.replies
             and injector is not None
-            and (self.cut or injector.fire("PushTasks", "drop"))
+            and (self.cut or (not self.retried and injector.fire("PushTasks", "drop")))
         ):
             self.hang_up()  # a batch of replies lost, the channel broken
             return
+        if self.retried:
+            self.retried.difference_update(r.task_id for r in out.replies)
         self._write(out)
 
     # -- socket -------------------------------------------------------------------------------
@@ -174,7 +195,9 @@ class DirectLoop:
 
     ``run_call(spec, stream)`` runs one call and sends its reply; ``drain_queue()`` takes
     work queued by the I/O loop (returns False when the worker should stop); ``idle()``
-    runs when nothing happened for ``idle_after()`` seconds (None: wait forever).
+    runs when nothing happened for ``idle_after()`` seconds (None: wait forever);
+    ``dropped(stream)`` runs when a channel ended (a lease's goes back to its node);
+    ``requeued(spec)`` is the reply to a task that arrives while the running one blocks.
     """
 
     #: After answering, how long the main thread polls for the next call before sleeping.
@@ -190,6 +213,8 @@ class DirectLoop:
         register: Callable[[pb.TaskSpec, DirectStream], None],
         idle_after: Callable[[], float | None],
         idle: Callable[[], None],
+        dropped: Callable[[DirectStream], None] | None = None,
+        requeued: Callable[[pb.TaskSpec], pb.TaskReply] | None = None,
     ) -> None:
         self.max_frame = max_frame
         self.loop = loop
@@ -198,12 +223,17 @@ class DirectLoop:
         self._register = register
         self._idle_after = idle_after
         self._idle = idle
+        self._dropped = dropped
+        self._requeued = requeued
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         self._adopted: list[DirectStream] = []
         self._lock = threading.Lock()
         self._woken = False
+        self._streams: set[DirectStream] = set()  # registered with the selector (main thread)
+        self._lent = 0  # tasks blocked in get: the loop answers the lease channels meanwhile
+        self._lent_to: list[DirectStream] = []  # what the loop watches (loop thread)
 
     # -- any thread --------------------------------------------------------------------------
     def wake(self) -> None:
@@ -215,15 +245,16 @@ class DirectLoop:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
-    def adopt(self, sock: socket.socket) -> None:
-        """Hand a connected, authenticated channel to the main thread (I/O loop)."""
+    def adopt(self, sock: socket.socket, lease: str = "") -> None:
+        """Hand a connected, authenticated channel to the main thread (I/O loop); ``lease``:
+        the task lease it serves (hex id), "" for an actor's channel."""
         sock.setblocking(True)
         try:
             sock.sendall(bytes([OK]))  # the hello's answer, now that the socket is ours
         except OSError:
             sock.close()
             return
-        stream = DirectStream(sock, self.max_frame, self.loop)
+        stream = DirectStream(sock, self.max_frame, self.loop, lease)
         with self._lock:
             self._adopted.append(stream)
         self.wake()
@@ -233,18 +264,18 @@ class DirectLoop:
         """Serve until ``drain_queue`` says stop. After answering calls it polls without
         sleeping for ``SPIN_S``: a caller's next call that comes within it costs neither
         side a wake-up (see ``core/actor_submitter.py``, ``THREAD_READ_SPIN_S``)."""
-        select = self._selector.select
+        look = self._selector.select
         clock = time.perf_counter
         answered = False
         while True:
             events = None
             if answered:
                 until = clock() + self.SPIN_S
-                while not (events := select(0)) and clock() < until:
+                while not (events := look(0)) and clock() < until:
                     pass
                 answered = False
             if not events:
-                events = select(self._idle_after())
+                events = look(self._idle_after())
             if not events:
                 self._idle()
                 continue
@@ -255,6 +286,8 @@ class DirectLoop:
                 else:
                     self._on_readable(key.data)
                     answered = True
+            if self._lent:
+                self.take_back()  # a thread of a finished task still blocks: read again
 
     def _on_wake(self) -> bool:
         with contextlib.suppress(OSError):
@@ -264,6 +297,7 @@ class DirectLoop:
             adopted, self._adopted = self._adopted, []
         for stream in adopted:
             self._selector.register(stream.sock, selectors.EVENT_READ, stream)
+            self._streams.add(stream)
         return self._drain_queue()
 
     def _on_readable(self, stream: DirectStream) -> None:
@@ -279,7 +313,14 @@ class DirectLoop:
         calls: list[pb.TaskSpec] = []
         for batch in batches:
             tasks = list(batch.tasks)
-            if injector is not None and tasks and injector.fire("PushTasks", "cut"):
+            if injector is not None:  # no faults while a retried task is here (as on the loop)
+                stream.retried.update(t.task_id for t in tasks if t.attempt and not t.actor_id)
+            if (
+                injector is not None
+                and tasks
+                and not stream.retried
+                and injector.fire("PushTasks", "cut")
+            ):
                 calls.extend(tasks[: injector.pick(len(tasks))])
                 stream.cut = True  # the rest is lost, and the replies; the channel breaks
                 break
@@ -289,7 +330,10 @@ class DirectLoop:
         last = len(calls) - 1
         for i, spec in enumerate(calls):
             stream.more = i < last  # replies of calls that came together leave together
-            self._run_call(spec, stream)
+            try:  # noqa: SIM105 - no context manager on the hot path
+                self._run_call(spec, stream)
+            except KeyboardInterrupt:
+                pass  # a task's cancel that landed just after it ended: go on with the rest
             if not stream.open:
                 break
         stream.more = False
@@ -300,7 +344,86 @@ class DirectLoop:
     def _drop(self, stream: DirectStream) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(stream.fd)
+        self._streams.discard(stream)
         stream.close()
+        if self._dropped is not None:
+            self._dropped(stream)
+
+    def running_from(self, stream: DirectStream | None) -> bool:
+        """True when ``stream`` is a lease channel served here (what a running task came on)."""
+        return stream is not None and bool(stream.lease) and stream in self._streams
+
+    # -- a task blocked in get: its lease channels lent to the I/O loop ------------------------
+    def lend(self) -> None:
+        """A task blocks in ``get`` (the thread that blocks): until :meth:`take_back`, the
+        I/O loop reads the lease channels and answers each task on them "requeued"."""
+        if self.loop is None or self._requeued is None:
+            return
+        with self._lock:
+            self._lent += 1
+            if self._lent > 1:
+                return
+            streams = [s for s in self._streams if s.lease and s.open]
+        if streams:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the process ends
+                self.loop.call_soon_threadsafe(self._watch, streams)
+
+    def take_back(self) -> None:
+        """The task resumes: the loop stops reading before this returns (so the main thread
+        is the only reader again; a frame half read stays in the stream's buffer)."""
+        with self._lock:
+            if self._lent == 0:
+                return
+            self._lent -= 1
+            if self._lent and threading.current_thread() is not threading.main_thread():
+                return  # another thread of the task still blocks
+            self._lent = 0
+        if self.loop is None:
+            return
+        done = threading.Event()
+
+        def unwatch() -> None:
+            for stream in self._lent_to:
+                with contextlib.suppress(ValueError, OSError):
+                    self.loop.remove_reader(stream.fd)  # type: ignore[union-attr]
+            self._lent_to = []
+            done.set()
+
+        try:
+            self.loop.call_soon_threadsafe(unwatch)
+        except RuntimeError:
+            return  # the loop is closed: the process ends
+        done.wait(10)
+
+    def _watch(self, streams: list[DirectStream]) -> None:
+        if not self._lent:
+            return  # taken back before the loop got here
+        assert self.loop is not None
+        for stream in streams:
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.add_reader(stream.fd, self._on_lent_readable, stream)
+                self._lent_to.append(stream)
+
+    def _on_lent_readable(self, stream: DirectStream) -> None:
+        """The loop reads a lent channel: every task on it goes back to its owner."""
+        assert self.loop is not None and self._requeued is not None
+        try:
+            data = stream.sock.recv(_READ_SIZE, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        batches = stream.feed(data) if data else None
+        if batches is None:  # the owner hung up (or broke a frame): the main thread drops it
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_reader(stream.fd)
+            with contextlib.suppress(ValueError):
+                self._lent_to.remove(stream)
+            stream.hang_up()
+            return
+        for batch in batches:
+            for spec in batch.tasks:
+                stream.send_now(self._requeued(spec))
 
     def close(self) -> None:
         """Close every channel and the selector."""
@@ -311,6 +434,21 @@ class DirectLoop:
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def hung_up(stream: DirectStream) -> bool:
+    """True when the owner at the other end of ``stream`` has hung up (closed, or died),
+    even with calls it sent still unread (any thread; the socket is not read)."""
+    poller = select.poll()
+    poller.register(stream.fd, select.POLLRDHUP)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return True
+    return any(
+        ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+        for _, ev in events
+    )
 
 
 def detach(writer: Any) -> socket.socket | None:

@@ -40,7 +40,7 @@ from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
 from nbcluster._runtime.worker.args import resolve_task_args
 from nbcluster._runtime.worker.concurrency import group_limits
-from nbcluster._runtime.worker.direct import DirectLoop, detach
+from nbcluster._runtime.worker.direct import DirectLoop, DirectStream, detach, hung_up
 from nbcluster._runtime.worker.executor_view import ExitRequest
 from nbcluster._runtime.worker.generators import (
     is_generator_call,
@@ -133,7 +133,7 @@ class Executor:
         self.actor_capture: tuple[bytes, bool] | None = None
         self.actor_loop: asyncio.AbstractEventLoop | None = None
         self.last_error: tuple[str, str] = ("", "")
-        self.direct: DirectLoop | None = None  # a plain sync actor's channels
+        self.direct: DirectLoop | None = None  # the channels the main thread reads
         self.mark: RunningMark | None = None  # what this process began last (running_mark)
         self._async_methods: dict[str, bool] = {}  # actor method name -> a coroutine?
 
@@ -147,7 +147,11 @@ class Executor:
                 stream.replies.put_nowait(self._requeue_reply(spec))
                 return
             self.pending[spec.task_id] = (spec, stream)
-        self.queue.put((spec, stream))
+        self.put((spec, stream))
+
+    def put(self, item: Any) -> None:
+        """Queue work for the main thread (any thread) and wake it."""
+        self.queue.put(item)
         direct = self.direct
         if direct is not None:
             direct.wake()
@@ -192,13 +196,20 @@ class Executor:
             requeue = list(self.pending.values())
             self.pending.clear()
         for spec, stream in requeue:
-            stream.send(self._requeue_reply(spec))
+            stream.send_now(self._requeue_reply(spec))
 
     def set_blocked(self, blocked: bool) -> None:
         with self._lock:
             self.blocked = blocked and not self.actor_id  # actor calls stay, in order
+            lend = self.direct is not None and not self.actor_id and bool(self.running)
         if blocked and not self.actor_id:
             self.requeue_pending()
+        if self.direct is not None and not self.actor_id:
+            # Tasks pipelined behind this one are answered "requeued" meanwhile (direct.py).
+            if blocked and lend:
+                self.direct.lend()
+            elif not blocked:
+                self.direct.take_back()
         with contextlib.suppress(Exception):
             self.client.run(
                 lambda: self.client.node().NotifyBlocked(
@@ -209,32 +220,10 @@ class Executor:
 
     # -- main thread ---------------------------------------------------------------------------
     def run_forever(self) -> None:
-        while True:
-            try:
-                try:  # mapped arguments are kept for tasks that follow within a moment
-                    item = self.queue.get(timeout=MAPPED_LINGER_S if len(self.mapped) else None)
-                except queue.Empty:
-                    self.mapped.clear()  # idle: hold no freed object's memory
-                    continue
-                if item is None:
-                    return
-                if item[0] == "create":
-                    _, spec, fut = item
-                    result = self.create_actor(spec)
-                    if self.actor is not None and self.actor_runner is None:
-                        # A plain sync actor (worker/direct.py): its main thread takes its
-                        # channels from before the creation is answered, so a caller that
-                        # connects the moment the actor is alive is adopted, not left on the
-                        # I/O loop.
-                        self.direct = self._direct_loop()
-                        fut.set_result(result)
-                        self._serve_direct(self.direct)
-                        return
-                    fut.set_result(result)
-                    continue
-                self._run_item(item)
-            except KeyboardInterrupt:
-                continue  # a cancel that arrived after its task finished
+        """The main thread: it reads its direct channels (task leases, a plain sync actor's)
+        and runs what they and the I/O loop's queue bring (``direct.py``)."""
+        self.direct = self._direct_loop()
+        self._serve_direct(self.direct)
 
     def _run_item(self, item: tuple[pb.TaskSpec, Any]) -> None:
         spec, stream = item
@@ -264,12 +253,14 @@ class Executor:
             actor_exit.finish(self, stream, reply)  # the actor ended itself
         stream.send(reply)
         if reply.worker_exiting:
+            if isinstance(stream, DirectStream):
+                self.exit_after_reply.set()  # sent (such a reply is never held)
             self.requeue_pending()
             self.exit_after_reply.wait(5)
             time.sleep(0.05)
             os._exit(0)
 
-    # -- a plain sync actor: its main thread reads its channels (worker/direct.py) ----------
+    # -- task leases and plain sync actors: the main thread reads their channels (direct.py)
     def _direct_loop(self) -> DirectLoop:
         return DirectLoop(
             max_frame=self.client.config.rpc_max_message_bytes,
@@ -279,7 +270,38 @@ class Executor:
             register=self._register_direct,
             idle_after=lambda: MAPPED_LINGER_S if len(self.mapped) else None,
             idle=self.mapped.clear,
+            dropped=self._direct_dropped,
+            requeued=self._requeue_reply,
         )
+
+    def _direct_dropped(self, stream: DirectStream) -> None:
+        """A direct channel ended (main thread, between calls): forget what it left unrun;
+        a lease's goes back to its node (returning one twice is harmless)."""
+        with self._lock:
+            for tid in [t for t, (_, st) in self.pending.items() if st is stream]:
+                del self.pending[tid]
+        if stream.lease:
+            service = self.client.service
+            lease_id = bytes.fromhex(stream.lease)
+            self.client.call_soon(
+                lambda: self.client.loop.create_task(service.return_lease(lease_id))
+            )
+
+    def owner_check(self) -> bool:
+        """I/O loop, now and then: while a task that came on a direct lease channel runs,
+        the worker shares its owner's fate (as on the loop's streams: ``service.py``). True
+        while such a task runs (check again later)."""
+        direct, stream = self.direct, self.running_stream
+        if (
+            direct is None
+            or not isinstance(stream, DirectStream)
+            or not direct.running_from(stream)
+        ):
+            return False
+        if hung_up(stream):
+            log.warning("owner disconnected with tasks in flight; exiting")
+            self.client.loop.call_later(0.05, os._exit, 1)
+        return True
 
     def _serve_direct(self, direct: DirectLoop) -> None:
         direct.wake()  # anything queued before the switch
@@ -299,8 +321,11 @@ class Executor:
                 return True
             if item is None:
                 return False
-            if item[0] != "create":
-                self._run_item(item)
+            if item[0] == "create":  # this worker becomes an actor
+                _, spec, fut = item
+                fut.set_result(self.create_actor(spec))
+                continue
+            self._run_item(item)
 
     def _register_direct(self, spec: pb.TaskSpec, stream: ReplySink) -> None:
         """A call read off a direct channel, about to run (cancel and exit can see it)."""
@@ -310,16 +335,22 @@ class Executor:
         with self._lock:
             self.pending[spec.task_id] = (spec, stream)
 
-    def adopt_channel(self, writer: Any) -> bool:
-        """The I/O loop accepted an actor channel: the main thread of a plain sync actor
-        serves it itself (True), else the loop does (False)."""
+    def adopt_channel(self, writer: Any, lease_hex: str = "") -> bool:
+        """The I/O loop accepted a task channel: the main thread serves it itself (True) if
+        it is a task lease's (``lease_hex``) and this worker runs tasks, or an actor's and
+        this is a plain sync actor; else the loop does (False)."""
         direct = self.direct
         if direct is None:
+            return False
+        if lease_hex:
+            if not self.client.config.direct_tasks or self.actor_id or self.blocked:
+                return False
+        elif self.actor is None or self.actor_runner is not None:
             return False
         sock = detach(writer)
         if sock is None:
             return False
-        direct.adopt(sock)
+        direct.adopt(sock, lease_hex)
         return True
 
     def function(self, spec: pb.TaskSpec) -> Any:
@@ -676,6 +707,8 @@ async def _flush_events(client: CoreClient, executor: Executor) -> None:
             events, executor.events = executor.events, []
             if len(executor.live):  # issue 17: attempts still running now are RUNNING
                 events[:0] = executor.live.due(client.node_id, client.worker_id, os.getpid())
+        if executor.owner_check():
+            executor.events_ready.set()  # look again in a second while the task runs
         if events:
             with contextlib.suppress(RpcFailure):
                 await client.head().ReportTaskEvents(

@@ -4,8 +4,8 @@ A leaf module: the executor (``main.py``), the actor call runner (``actor_runner
 and an actor's own exit (``actor_exit.py``) all put replies on it. Two kinds exist:
 :class:`OwnerStream` (served on the I/O loop: gRPC's ``PushTasks`` or a task channel the
 loop reads) and :class:`~nbcluster._runtime.worker.direct.DirectStream` (a task channel
-that a plain sync actor's main thread reads and answers itself). Both offer ``send``,
-``send_rest``, ``send_logs`` and ``flushed``.
+that the main thread reads and answers itself). Both offer ``send``,
+``send_now``, ``send_rest``, ``send_logs`` and ``flushed``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ class ReplySink(Protocol):
 
     def send(self, reply: pb.TaskReply) -> None:
         """Send a reply after the rest of its call's output (any thread)."""
+
+    def send_now(self, reply: pb.TaskReply) -> None:
+        """Send a reply without holding it for the replies of calls that came with it."""
 
     def send_rest(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
         """A call's last output, to go before its reply (any thread)."""
@@ -58,6 +61,8 @@ class OwnerStream:
     def send(self, reply: pb.TaskReply) -> None:
         """Queue a reply (any thread)."""
         self.loop.call_soon_threadsafe(self.replies.put_nowait, reply)
+
+    send_now = send  # nothing is held here
 
     def send_rest(self, task_id: bytes, chunks: list[tuple[str, str, int]]) -> None:
         """Queue a call's last output, before its reply (any thread)."""

@@ -39,10 +39,11 @@ class TaskExecutor(Protocol):
     exit_after_reply: threading.Event
 
     def enqueue(self, spec: pb.TaskSpec, stream: OwnerStream) -> None: ...
+    def put(self, item: Any) -> None: ...
     def drop_stream(self, stream: OwnerStream) -> None: ...
     def owns_work(self, stream: OwnerStream) -> bool: ...
     def cancel(self, task_id: bytes) -> None: ...
-    def adopt_channel(self, writer: Any) -> bool: ...
+    def adopt_channel(self, writer: Any, lease_hex: str = "") -> bool: ...
 
 
 class StreamFault(ConnectionError):
@@ -161,9 +162,10 @@ class WorkerService(CoreWorkerService):
             elif lease_hex:
                 # The owner hung up (done, or dead): make sure the node gets the lease back.
                 # Returning a lease twice is harmless; the node ignores unknown lease ids.
-                asyncio.get_running_loop().create_task(self._return_lease(bytes.fromhex(lease_hex)))
+                asyncio.get_running_loop().create_task(self.return_lease(bytes.fromhex(lease_hex)))
 
-    async def _return_lease(self, lease_id: bytes) -> None:
+    async def return_lease(self, lease_id: bytes) -> None:
+        """Give a lease back to this worker's node (its owner hung up)."""
         with contextlib.suppress(RpcFailure):
             await self.client.node().ReturnWorkerLease(
                 pb.ReturnLeaseRequest(lease_id=lease_id), timeout=10
@@ -179,7 +181,7 @@ class WorkerService(CoreWorkerService):
         if fut is None:
             fut = concurrent.futures.Future()
             self.creating[request.actor_id] = fut
-            self.executor.queue.put(("create", request, fut))
+            self.executor.put(("create", request, fut))
         return await asyncio.wrap_future(fut)
 
     async def Exit(self, request: pb.Empty, context: Any) -> pb.Empty:
