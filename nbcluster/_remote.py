@@ -40,6 +40,7 @@ class RemoteFunction(Generic[R]):
         self._options = options
         self._name = getattr(function, "__qualname__", getattr(function, "__name__", "function"))
         self._signature: inspect.Signature | None = None
+        self._positional: tuple[int, int] | None = None  # see _check_arity
         self._descriptor: FunctionDescriptor | None = None
         self._generation = CODE_GENERATION[0]
         functools.update_wrapper(self, function, updated=())
@@ -78,12 +79,16 @@ class RemoteFunction(Generic[R]):
 
     # -- submission --------------------------------------------------------------------------
     def _check_arity(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        positional = self._positional
+        if positional is not None and not kwargs and positional[0] <= len(args) <= positional[1]:
+            return  # (a hot path: Signature.bind costs more than the rest of a submission)
         sig = self._signature
         if sig is None:
             try:
                 sig = self._signature = inspect.signature(self._function)
             except (TypeError, ValueError):
                 return
+            self._positional = _positional_range(sig)
         try:
             sig.bind(*args, **kwargs)
         except TypeError as e:
@@ -111,6 +116,16 @@ class RemoteFunction(Generic[R]):
         driver = _api._driver_or_autoinit()
         self._check_arity(args, kwargs)
         return driver.submit_task(self._export(driver.config), opts, args, kwargs)
+
+
+def _positional_range(sig: inspect.Signature) -> tuple[int, int] | None:
+    """(required, total) when every parameter is plain positional (then positional
+    arguments alone bind iff their count is in that range); None otherwise."""
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = list(sig.parameters.values())
+    if any(p.kind not in plain for p in params):
+        return None
+    return sum(1 for p in params if p.default is inspect.Parameter.empty), len(params)
 
 
 class _OptionsWrapper(Generic[R]):

@@ -302,10 +302,14 @@ class TaskOptions:
         return dataclasses.replace(self, **kwargs) if kwargs else self
 
     def resource_shape(self) -> dict[str, float]:
-        """The resources the task needs to run, without zero entries."""
-        shape = {"CPU": self.num_cpus, "GPU": self.num_gpus, "memory": self.memory}
-        shape.update(self.resources)
-        return {k: float(v) for k, v in shape.items() if v}
+        """The resources the task needs to run, without zero entries (a new dict)."""
+        shape = self.__dict__.get("_shape")  # options are frozen: computed once, per options
+        if shape is None:
+            shape = {"CPU": self.num_cpus, "GPU": self.num_gpus, "memory": self.memory}
+            shape.update(self.resources)
+            shape = {k: float(v) for k, v in shape.items() if v}
+            self.__dict__["_shape"] = shape
+        return dict(shape)
 
 
 TASK_OPTION_NAMES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(TaskOptions))

@@ -262,7 +262,7 @@ class DirectLoop:
     # -- main thread ---------------------------------------------------------------------------
     def run(self) -> None:
         """Serve until ``drain_queue`` says stop. After answering calls it polls without
-        sleeping for ``SPIN_S``: a caller's next call that comes within it costs neither
+        sleeping for ``SPIN_S`` (an actor's calls only): a caller's next call that comes within it costs neither
         side a wake-up (see ``core/actor_submitter.py``, ``THREAD_READ_SPIN_S``)."""
         look = self._selector.select
         clock = time.perf_counter
@@ -285,7 +285,10 @@ class DirectLoop:
                         return
                 else:
                     self._on_readable(key.data)
-                    answered = True
+                    # An actor's caller writes its next call itself (no loop between): it
+                    # may come within the poll. A task's owner sends from its I/O loop,
+                    # later than that: polling would only take the CPU from it.
+                    answered = not key.data.lease
             if self._lent:
                 self.take_back()  # a thread of a finished task still blocks: read again
 

@@ -72,19 +72,29 @@ class RunningTask:
     """What ``get_runtime_context()`` reads about the call running in a thread or asyncio
     task of this worker (calls of threaded and async actors run at once)."""
 
-    __slots__ = ("spec", "actor_id", "resources", "gpu_ids", "in_async_actor", "_executor")
+    __slots__ = ("spec", "actor_id", "in_async_actor", "_executor")
 
     def __init__(self, spec: pb.TaskSpec, executor: Executor, in_async_actor: bool) -> None:
         self.spec = spec
         self._executor = executor
         self.in_async_actor = in_async_actor
         self.actor_id = spec.actor_id
-        if spec.actor_id and not spec.actor_creation:  # a call keeps its actor's grant
-            self.resources = dict(executor.actor_resources)
-            self.gpu_ids = list(executor.actor_gpu_ids)
-        else:
-            self.resources = dict(spec.resources)
-            self.gpu_ids = list(spec.gpu_ids)
+
+    @property
+    def resources(self) -> dict[str, float]:
+        """The resources granted to the call (an actor's calls keep its grant)."""
+        spec = self.spec
+        if spec.actor_id and not spec.actor_creation:
+            return dict(self._executor.actor_resources)
+        return dict(spec.resources)
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        """The GPUs granted to the call (an actor's calls keep its grant)."""
+        spec = self.spec
+        if spec.actor_id and not spec.actor_creation:
+            return list(self._executor.actor_gpu_ids)
+        return list(spec.gpu_ids)
 
     @property
     def task_id(self) -> bytes:
