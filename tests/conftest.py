@@ -66,6 +66,19 @@ def cluster() -> Iterator[Callable[..., Any]]:
     assert_no_leaks(baseline, timeout=10)  # the driver's threads and sockets went with it
 
 
+@pytest.fixture
+def tls_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A TLS cluster's environment for clusters started in this test: fresh certificates
+    in the environment, encryption required. Returns the certificates."""
+    from nbcluster._runtime.protocol import tls
+
+    certs = tls.make_cluster_certificates(tmp_path / "tls")
+    for k, v in certs.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("NBCLUSTER_REQUIRE_ENCRYPTION", "1")
+    return certs
+
+
 @pytest.fixture(scope="module")
 def _module_cluster() -> Iterator[Any]:
     if nbcluster.is_initialized():

@@ -27,7 +27,7 @@ import nbcluster
 from nbcluster._runtime import context as runtime_context
 from nbcluster._runtime import proc
 from nbcluster._runtime.core.head_ctrl import head_control
-from nbcluster._runtime.protocol import ctrl, tls
+from nbcluster._runtime.protocol import ctrl
 from nbcluster._runtime.protocol.protos import ctrl_pb2, ctrl_pb2_grpc
 from nbcluster._runtime.protocol.rpc import AuthedStub
 from nbcluster.state import local_cluster
@@ -196,12 +196,8 @@ def test_a_stopped_or_restarted_head_gives_the_same_errors_and_retries(
 
 
 def test_a_tls_cluster_runs_its_control_channels_inside_tls(
-    cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster, tls_env: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    certs = tls.make_cluster_certificates(tmp_path / "tls")
-    for k, v in certs.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("NBCLUSTER_REQUIRE_ENCRYPTION", "1")
     info = cluster(num_cpus=1, _nodes=2)
     client = _no_grpc(monkeypatch)
     pg = placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="STRICT_SPREAD")

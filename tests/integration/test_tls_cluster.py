@@ -56,12 +56,9 @@ def _register(
 
 
 def test_every_connection_uses_tls_and_foreign_or_plain_peers_are_refused(
-    cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, foreign: tls.TlsSettings
+    cluster, tls_env: tls.TlsSettings, foreign: tls.TlsSettings
 ) -> None:
-    certs = tls.make_cluster_certificates(tmp_path / "tls")
-    for k, v in certs.env().items():
-        monkeypatch.setenv(k, v)  # this driver and every process it starts
-    monkeypatch.setenv("NBCLUSTER_REQUIRE_ENCRYPTION", "1")
+    certs = tls_env  # in this driver's environment and every process it starts
     info = cluster(num_cpus=1, _nodes=2)
 
     @nbcluster.remote

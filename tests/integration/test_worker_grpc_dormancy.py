@@ -15,7 +15,6 @@ import cloudpickle
 import pytest
 
 import nbcluster
-from nbcluster._runtime.protocol import tls
 from nbcluster.testing import grpc_threads, thread_names
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -145,12 +144,8 @@ def test_the_first_call_to_a_sleeping_actor_does_not_wake_its_grpc(
 
 
 def test_a_sleeping_worker_wakes_through_tls(
-    cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster, tls_env: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    certs = tls.make_cluster_certificates(tmp_path / "tls")
-    for k, v in certs.env().items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("NBCLUSTER_REQUIRE_ENCRYPTION", "1")
     monkeypatch.setenv("NBCLUSTER_WORKER_GRPC_IDLE_S", "0.3")
     cluster(num_cpus=1)
     h = Holder.remote()
