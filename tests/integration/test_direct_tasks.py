@@ -156,3 +156,32 @@ def test_the_off_switch_leaves_lease_channels_to_the_io_loop(
     cluster(num_cpus=2)
     views = nbcluster.get([view.remote() for _ in range(10)], timeout=60)
     assert all(v["main_thread"] and not v["direct"] for v in views), views
+
+
+@nbcluster.remote(num_cpus=2)
+def hold() -> bool:
+    """Runs until a cancel for another task reaches this worker (20 s at most)."""
+    from nbcluster._runtime import context
+
+    executor = context.require_client().executor  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 20
+    while not executor.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(executor.cancelled)
+
+
+def test_a_task_cancelled_while_it_waits_unread_behind_another_is_cancelled(
+    shared_cluster: Any,
+) -> None:
+    # ``behind`` (fast: pipelined) waits on the lease's channel, unread, while ``hold`` runs
+    # on the worker's main thread: the cancel reaches the worker first and is kept for it.
+    nbcluster.get([inner.remote() for _ in range(20)], timeout=60)  # known fast
+    first = hold.remote()
+    time.sleep(0.3)  # hold runs: behind comes in a frame of its own, not read while it runs
+    behind = inner.remote()
+    time.sleep(0.3)
+    nbcluster.cancel(behind)
+    assert nbcluster.get(first, timeout=60), "the cancel did not reach the worker"
+    with pytest.raises(nbcluster.exceptions.TaskCancelledError):
+        nbcluster.get(behind, timeout=60)
+    assert_cluster_healthy()

@@ -189,7 +189,9 @@ class Executor:
                 # A real SIGINT aimed at the main thread also wakes it from sleep() and
                 # blocking calls, which _thread.interrupt_main() would not.
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-            elif task_id in self.pending:
+            else:  # queued here, or not read yet off a lease's channel (direct.py)
+                if len(self.cancelled) >= 4096:  # ids of tasks that never came: forget them
+                    self.cancelled.clear()
                 self.cancelled.add(task_id)
 
     def drain_pending(self) -> list[tuple[pb.TaskSpec, OwnerStream]]:
