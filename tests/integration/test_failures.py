@@ -248,7 +248,14 @@ def test_a_crash_is_charged_to_the_task_that_ran_not_to_one_whose_reply_died(
     poll_for(lambda: any(m.startswith("gate") for m in _marks(runs)), timeout=20)
     hold = step.remote(str(runs), "hold", str(go))
     crash = step.options(max_retries=1).remote(str(runs), "crash", "")
-    time.sleep(0.5)  # both reach the worker while the gate runs
+    tasks = context.require_client().submitter.tasks
+    poll_for(  # both sent to the gate's worker (pipelined), so they arrive while it runs
+        lambda: all(
+            getattr(tasks.get(r.task_id()), "lease", None) is not None for r in (hold, crash)
+        ),
+        timeout=20,
+    )
+    time.sleep(0.2)
     go.touch()
     assert nbcluster.get(gate, timeout=60) == "gate"
     with pytest.raises(WorkerCrashedError, match=r"SIGKILL.*attempts: 2"):

@@ -234,7 +234,8 @@ class Executor:
     def run_forever(self) -> None:
         """The main thread: it reads its direct channels (task leases, a plain sync actor's)
         and runs what they and the I/O loop's queue bring (``direct.py``)."""
-        self.direct = self._direct_loop()
+        if self.direct is None:
+            self.direct = self._direct_loop()
         self._serve_direct(self.direct)
 
     def _run_item(self, item: tuple[pb.TaskSpec, Any]) -> None:
@@ -751,6 +752,9 @@ def main() -> None:
     executor = Executor(client)
     client.executor = executor
     client.start(lambda c: WorkerService(c, executor))
+    # Before any channel can connect: the first lease's comes as soon as the node has this
+    # worker, and is the main thread's even if it connects before the main thread is ready.
+    executor.direct = executor._direct_loop()
     if config.task_channels:
         client.run(client.service.start_channels())
     context.set_client(client, CoreDriver(client))
