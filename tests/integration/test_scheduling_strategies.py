@@ -132,7 +132,7 @@ def test_killing_an_actor_that_spilled_to_another_node_ends_it_and_frees_its_cpu
     assert Counter(nodes)[info.node_id] == 2
     for a in actors:
         nbcluster.kill(a)
-    poll_for(lambda: cpu_back(6), 5, message=f"CPU not back: {nbcluster.available_resources()}")
+    poll_for(lambda: cpu_back(6), 30, message=f"CPU not back: {nbcluster.available_resources()}")
     assert not any(pid_alive(p) for p in pids)
 
 

@@ -181,7 +181,7 @@ def test_ctrl_c_while_reading_leaves_the_actor_usable(shared_cluster: object) ->
     """KeyboardInterrupt reaches a get() that reads its reply; the next calls work."""
     echo = Echo.remote()
     _warm(echo)
-    ref = echo.slow.remote(1.0, "late")
+    ref = echo.slow.remote(3.0, "late")  # (room for a Timer thread late on a loaded machine)
     threading.Timer(0.3, _thread.interrupt_main).start()
     with pytest.raises(KeyboardInterrupt):
         nbcluster.get(ref, timeout=30)
@@ -209,6 +209,9 @@ def test_ctrl_c_inside_a_reply_is_held_until_it_is_handled(
         real(conn, call)
 
     monkeypatch.setattr(sub, "_read_replies", interrupted_read)
+    # The loop must not take the channel back before this thread reads (a loaded machine
+    # can hold the thread longer than the 20 ms the loop gives it).
+    monkeypatch.setattr(actor_submitter_mod, "THREAD_READ_WATCH_S", 5.0)
     ref = echo.slow.remote(0.2, "whole")
     with pytest.raises(KeyboardInterrupt):
         nbcluster.get(ref, timeout=30)
