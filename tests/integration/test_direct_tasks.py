@@ -147,17 +147,6 @@ def test_a_worker_running_a_task_of_an_owner_that_died_exits(
     assert_cluster_healthy()
 
 
-def test_the_off_switch_leaves_lease_channels_to_the_io_loop(
-    cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``NBCLUSTER_DIRECT_TASKS=0``: the loop reads every lease's channel and queues its tasks
-    for the main thread. (Its own cluster: workers read the switch when they start.)"""
-    monkeypatch.setenv("NBCLUSTER_DIRECT_TASKS", "0")
-    cluster(num_cpus=2)
-    views = nbcluster.get([view.remote() for _ in range(10)], timeout=60)
-    assert all(v["main_thread"] and not v["direct"] for v in views), views
-
-
 @nbcluster.remote(num_cpus=2)
 def hold() -> bool:
     """Runs until a cancel for another task reaches this worker (20 s at most)."""
@@ -185,3 +174,17 @@ def test_a_task_cancelled_while_it_waits_unread_behind_another_is_cancelled(
     with pytest.raises(nbcluster.exceptions.TaskCancelledError):
         nbcluster.get(behind, timeout=60)
     assert_cluster_healthy()
+
+
+# ------------------------------------------------ own clusters (after the shared one's tests)
+
+
+def test_the_off_switch_leaves_lease_channels_to_the_io_loop(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``NBCLUSTER_DIRECT_TASKS=0``: the loop reads every lease's channel and queues its tasks
+    for the main thread. (Its own cluster: workers read the switch when they start.)"""
+    monkeypatch.setenv("NBCLUSTER_DIRECT_TASKS", "0")
+    cluster(num_cpus=2)
+    views = nbcluster.get([view.remote() for _ in range(10)], timeout=60)
+    assert all(v["main_thread"] and not v["direct"] for v in views), views

@@ -1,13 +1,14 @@
 """Direct task channels: the worker's main thread reads its calls and answers them.
 
 A task worker (its leases' channels) and a plain sync actor (``max_concurrency=1``, no
-concurrency groups, not async) run their calls one at a time on the worker's main thread. Served on the I/O loop, each call would cross
-two more threads: the loop reads the frame and queues the call for the main thread, which
-runs it and queues the reply back for the loop to write. Here the loop only checks a new
-channel's hello (the token, as for any channel) and then hands the connected socket to the
-main thread, which waits on every such socket (and on a wake-up for work queued the other
-way, e.g. a gRPC ``PushTasks`` stream) with a selector, runs each call where it reads it,
-and writes the reply itself: one thread from the socket to the method and back.
+concurrency groups, not async) run their calls one at a time on the worker's main thread.
+Served on the I/O loop, each call would cross two more threads: the loop reads the frame
+and queues the call for the main thread, which runs it and queues the reply back for the
+loop to write. Here the loop only checks a new channel's hello (the token, as for any
+channel) and then hands the connected socket to the main thread, which waits on every such
+socket (and on a wake-up for work queued the other way, e.g. a gRPC ``PushTasks`` stream)
+with a selector, runs each call where it reads it, and writes the reply itself: one thread
+from the socket to the method and back.
 
 The output a call prints while it runs still goes out from the loop (the periodic flush);
 the rest of it goes with the reply. ``OutputCapture.send_lock`` keeps a call's output in
@@ -262,8 +263,9 @@ class DirectLoop:
     # -- main thread ---------------------------------------------------------------------------
     def run(self) -> None:
         """Serve until ``drain_queue`` says stop. After answering calls it polls without
-        sleeping for ``SPIN_S`` (an actor's calls only): a caller's next call that comes within it costs neither
-        side a wake-up (see ``core/actor_submitter.py``, ``THREAD_READ_SPIN_S``)."""
+        sleeping for ``SPIN_S`` (an actor's calls only): a caller's next call that comes
+        within it costs neither side a wake-up (see ``core/actor_submitter.py``,
+        ``THREAD_READ_SPIN_S``)."""
         look = self._selector.select
         clock = time.perf_counter
         answered = False
@@ -442,16 +444,15 @@ class DirectLoop:
 def hung_up(stream: DirectStream) -> bool:
     """True when the owner at the other end of ``stream`` has hung up (closed, or died),
     even with calls it sent still unread (any thread; the socket is not read)."""
+    if not stream.open:
+        return False  # ended here: closed, or closing (its descriptor may be gone)
     poller = select.poll()
     poller.register(stream.fd, select.POLLRDHUP)
     try:
         events = poller.poll(0)
     except OSError:
-        return True
-    return any(
-        ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
-        for _, ev in events
-    )
+        return False
+    return any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR) for _, ev in events)
 
 
 def detach(writer: Any) -> socket.socket | None:

@@ -311,7 +311,7 @@ class Executor:
             or not direct.running_from(stream)
         ):
             return False
-        if hung_up(stream):
+        if hung_up(stream) and self.running_stream is stream:  # (still its task running)
             log.warning("owner disconnected with tasks in flight; exiting")
             self.client.loop.call_later(0.05, os._exit, 1)
         return True
