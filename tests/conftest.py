@@ -12,6 +12,7 @@ Every test runs in its own temp dir for cluster sessions (``NBCLUSTER_TEMP_DIR``
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,19 @@ def cluster() -> Iterator[Callable[..., Any]]:
     yield start
     _shutdown_and_check()
     assert_no_leaks(baseline, timeout=10)  # the driver's threads and sockets went with it
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, as in a kernel or a terminal. A
+    process started in the background by a non-interactive shell (``cmd &``, as CI runners
+    may) inherits SIGINT ignored, and Python then installs no handler for it (so
+    ``_thread.interrupt_main()`` does nothing)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

@@ -109,18 +109,6 @@ class _Interrupter(threading.Thread):
             delay = 3.0
 
 
-@pytest.fixture
-def ctrl_c_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in the main thread, as in a kernel or a terminal. A
-    process started in the background by a non-interactive shell (``cmd &``, as CI runners
-    may) inherits SIGINT ignored, and Python then installs no handler for it."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.parametrize("pool", [False, True], ids=["tasks", "actor-pool"])
 def test_interrupt_cancels_tasks_and_stops_pools(
     small_store: None, ctrl_c_raises: None, pool: bool

@@ -177,7 +177,9 @@ def test_kill_ends_a_reading_wait_at_once(shared_cluster: object) -> None:
     assert time.monotonic() - t < 10
 
 
-def test_ctrl_c_while_reading_leaves_the_actor_usable(shared_cluster: object) -> None:
+def test_ctrl_c_while_reading_leaves_the_actor_usable(
+    shared_cluster: object, ctrl_c_raises: None
+) -> None:
     """KeyboardInterrupt reaches a get() that reads its reply; the next calls work."""
     echo = Echo.remote()
     _warm(echo)
@@ -191,7 +193,7 @@ def test_ctrl_c_while_reading_leaves_the_actor_usable(shared_cluster: object) ->
 
 
 def test_ctrl_c_inside_a_reply_is_held_until_it_is_handled(
-    shared_cluster: object, monkeypatch
+    shared_cluster: object, monkeypatch, ctrl_c_raises: None
 ) -> None:
     """A Ctrl-C that lands while a reply is being read and handled on the main thread is
     raised once the reply is handled whole: the result is ready, and the actor usable."""
