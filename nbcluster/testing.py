@@ -36,6 +36,8 @@ __all__ = [
     "assert_no_leaks",
     "health_baseline",
     "kill_process",
+    "pid_alive",
+    "driver_holds_leases",
     "thread_names",
     "grpc_threads",
     "GRPC_THREAD_PREFIXES",
@@ -126,12 +128,25 @@ def worker_pids(session_dir: str | os.PathLike[str]) -> list[int]:
 
 def assert_no_processes(session_dir: str | os.PathLike[str], timeout: float = 10.0) -> None:
     """Fail unless every process of the session has ended within ``timeout`` seconds."""
-    poll_for(
-        lambda: not cluster_processes(session_dir),
-        timeout,
-        message=f"processes of {Path(session_dir).name} still running after {timeout}s: "
-        + ", ".join(str(p.pid) for p in cluster_processes(session_dir)),
-    )
+    deadline = time.monotonic() + timeout
+    while True:
+        left = cluster_processes(session_dir)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"processes of {Path(session_dir).name} still running after {timeout}s: "
+                + "; ".join(_describe(p) for p in left)
+            )
+        time.sleep(0.02)
+
+
+def _describe(p: Any) -> str:
+    """``pid (status, parent pid) command line`` of a process, for failure messages."""
+    try:
+        return f"{p.pid} ({p.status()}, ppid {p.ppid()}) {' '.join(p.cmdline())[:200]}"
+    except Exception:  # noqa: BLE001 - it may have just ended
+        return f"{p.pid} (ended)"
 
 
 def quiet_period(base: float = 1.0, cap: float = 10.0) -> float:
@@ -289,6 +304,10 @@ def assert_cluster_healthy(timeout: float = 10.0, baseline: HealthBaseline | Non
         raise AssertionError(f"the cluster no longer runs tasks and actors ({resources()})") from e
 
     def resources_back() -> bool:
+        # The nodes' heartbeats may predate the leases of the work above: the view counts
+        # only once this driver holds none (and its returns were answered).
+        if driver_holds_leases(release_idle=True):
+            return False
         total = nbcluster.cluster_resources()
         avail = nbcluster.available_resources()
         return all(abs(avail.get(k, 0.0) - v) < 1e-6 for k, v in total.items())
@@ -308,6 +327,35 @@ def assert_cluster_healthy(timeout: float = 10.0, baseline: HealthBaseline | Non
         )
     if baseline is not None:
         assert_no_leaks(baseline, timeout)
+
+
+def driver_holds_leases(release_idle: bool = False) -> bool:
+    """True while this process's driver holds a worker lease, asks for one, or gives one
+    back (client mode: False, the proxy's leases are not seen from here). ``release_idle``:
+    first give back the leases waiting idle for work, rather than at their timers."""
+    from nbcluster._runtime.context import current_client
+
+    client = current_client()
+    submitter = getattr(client, "submitter", None)
+    if submitter is None:
+        return False
+
+    async def holds() -> bool:
+        if release_idle:
+            submitter.release_idle_leases()
+        return submitter.holds_leases()
+
+    return bool(client.run(holds(), timeout=10))
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (it may end while asked)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def kill_process(pid: int, sig: int = signal.SIGKILL) -> None:

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
-import psutil
 import pytest
 
 import nbcluster
 from nbcluster import state
 from nbcluster.exceptions import ActorDiedError, TaskCancelledError, TaskError
-from nbcluster.testing import poll_for
+from nbcluster.testing import pid_alive, poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,13 +42,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 LIMITS = {"io": 2, "compute": 4, "": 3}  # "" is the default group (max_concurrency=3)
 HELD = {"io": 4, "compute": 6, "": 5}  # more calls than each limit, all at once
 GROUPS = {"io": 2, "compute": 4, "admin": 1}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class _InFlight:
@@ -308,10 +300,10 @@ def test_exit_actor_finishes_running_calls_fails_the_rest_and_is_not_restarted(
         nbcluster.get(stopping, timeout=30)
     with pytest.raises(ActorDiedError):
         nbcluster.get(queued, timeout=30)
-    assert _alive(pid)  # slow() still runs: the actor waits for it
+    assert pid_alive(pid)  # slow() still runs: the actor waits for it
     go.write_text("go")
     assert nbcluster.get(running, timeout=30) == "finished"  # running calls finish first
-    poll_for(lambda: not _alive(pid), timeout=30, message="the actor's process did not exit")
+    poll_for(lambda: not pid_alive(pid), timeout=30, message="the actor's process did not exit")
     assert marker.read_text() == "atexit ran"
     info = _wait_state(actor, "DEAD")
     assert info["restarts"] == 0  # an intended exit is not restarted (max_restarts=2)
@@ -346,7 +338,7 @@ def test_sys_exit_0_is_an_intended_exit_and_is_not_restarted(
     with pytest.raises(ActorDiedError, match=r"sys\.exit\(0\) was called in sys_exit"):
         nbcluster.get(actor.sys_exit.remote(0), timeout=30)
     assert _wait_state(actor, "DEAD")["restarts"] == 0
-    poll_for(lambda: not _alive(pid), timeout=30, message="the actor's process did not exit")
+    poll_for(lambda: not pid_alive(pid), timeout=30, message="the actor's process did not exit")
     with pytest.raises(ActorDiedError):
         nbcluster.get(actor.pid.remote(), timeout=30)
 
@@ -372,7 +364,7 @@ def test_sys_exit_without_code_or_nonzero_is_unexpected_and_restarts_apply(
         nbcluster.get(actor.sys_exit.remote("none"), timeout=30)
     _wait_state(actor, "ALIVE", restarts=1)  # restarted (max_restarts=1)
     second = nbcluster.get(actor.pid.remote(), timeout=30)
-    assert second != first and not _alive(first)
+    assert second != first and not pid_alive(first)
     with pytest.raises(ActorDiedError):
         nbcluster.get(actor.sys_exit.remote(3), timeout=30)
     _wait_state(actor, "DEAD")  # no restarts left
@@ -496,7 +488,7 @@ def test_a_call_after_the_owner_actor_was_killed_fails_at_once(shared_cluster: A
         nbcluster.get(ref, timeout=30)
     with pytest.raises(ActorDiedError, match=r"created it"):
         nbcluster.get(unused.ping.remote(), timeout=30)
-    poll_for(lambda: not _alive(pid), timeout=30, message="the child's process did not exit")
+    poll_for(lambda: not pid_alive(pid), timeout=30, message="the child's process did not exit")
     assert state.actor_info(used)["state"] == "DEAD"  # type: ignore[index]
 
 

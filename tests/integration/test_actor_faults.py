@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 
 import cloudpickle
-import psutil
 import pytest
 
 import nbcluster
 from nbcluster.exceptions import ActorDiedError, GetTimeoutError, TaskError
-from nbcluster.testing import assert_stays, kill_process, poll_for, quiet_period
+from nbcluster.testing import assert_stays, kill_process, pid_alive, poll_for, quiet_period
 
 pytestmark = pytest.mark.integration
 
@@ -33,15 +32,8 @@ pytestmark = pytest.mark.integration
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _await_exit(pid: int, timeout: float = 20) -> None:
-    poll_for(lambda: not _alive(pid), timeout, 0.05, f"process {pid} is still running")
+    poll_for(lambda: not pid_alive(pid), timeout, 0.05, f"process {pid} is still running")
 
 
 def _lines(path: Path) -> list[str]:
@@ -236,8 +228,9 @@ def test_killed_actor_says_it_was_killed(shared_cluster, tmp_path):
 
 
 @pytest.mark.parametrize("max_restarts", [0, 2])
-def test_f08_init_error_fails_every_call_and_runs_the_constructor_once(shared_cluster, tmp_path,
-                                                                       max_restarts):
+def test_f08_init_error_fails_every_call_and_runs_the_constructor_once(
+    shared_cluster, tmp_path, max_restarts
+):
     ctor = tmp_path / "ctor"
 
     @nbcluster.remote(max_restarts=max_restarts)
@@ -325,7 +318,10 @@ def _caller(address: str, actor_name: str, *args: str):
     """A second driver (subprocess) joined to this cluster, holding a handle by name."""
     p = subprocess.Popen(
         [sys.executable, "-c", CALLER, address, actor_name, *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         line = p.stdout.readline().strip()  # type: ignore[union-attr]
@@ -347,13 +343,14 @@ def test_an_actor_survives_a_caller_that_dies_mid_call(shared_cluster, tmp_path)
     c = Counted.options(name="shared-svc", namespace="faults").remote(str(ctor))
     pid = nbcluster.get(c.pid.remote(), timeout=30)
     try:
-        with _caller(shared_cluster.address, "shared-svc", "die-mid-call", str(go),
-                     str(started)) as p:
+        with _caller(
+            shared_cluster.address, "shared-svc", "die-mid-call", str(go), str(started)
+        ) as p:
             _tell(p)
             poll_for(lambda: _lines(started), 20, message="the caller's call did not start")
             _tell(p)
             assert p.wait(30) == -signal.SIGKILL
-        assert_stays(lambda: _alive(pid), quiet_period(1.0), "the actor exited with its caller")
+        assert_stays(lambda: pid_alive(pid), quiet_period(1.0), "the actor exited with its caller")
         go.touch()  # the orphaned call may finish now
         assert nbcluster.get(c.add.remote(1), timeout=30) == 1
         assert len(_lines(ctor)) == 1
@@ -377,7 +374,7 @@ def test_a_call_survives_a_slow_first_connection(shared_cluster, tmp_path):
             out, err = p.communicate(timeout=60)
         result = json.loads(out.strip().splitlines()[-1])
         assert result == {"first": 1, "second": 3}, result
-        assert _alive(pid) and nbcluster.get(c.pid.remote(), timeout=30) == pid
+        assert pid_alive(pid) and nbcluster.get(c.pid.remote(), timeout=30) == pid
         assert len(_lines(ctor)) == 1
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -395,7 +392,7 @@ def test_a_caller_that_exits_between_calls_leaves_the_actor_alone(shared_cluster
             out, err = p.communicate(timeout=60)
             assert p.returncode == 0, err[-2000:]
         assert json.loads(out.strip().splitlines()[-1]) == {"first": 1, "second": 3}
-        assert_stays(lambda: _alive(pid), quiet_period(0.5), "the actor exited with its caller")
+        assert_stays(lambda: pid_alive(pid), quiet_period(0.5), "the actor exited with its caller")
         assert nbcluster.get(c.add.remote(10), timeout=30) == 13
     finally:
         nbcluster.kill(c)

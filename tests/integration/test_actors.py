@@ -40,6 +40,7 @@ from nbcluster.exceptions import (
 from nbcluster.testing import (
     assert_stays,
     cluster_processes,
+    pid_alive,
     poll_for,
     quiet_period,
     worker_pids,
@@ -54,16 +55,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 CLI = [sys.executable, "-m", "nbcluster.cli"]
 
 
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _await_exit(pid: int, timeout: float = 20, what: str = "the actor's process") -> None:
-    poll_for(lambda: not _alive(pid), timeout, 0.05, f"{what} (pid {pid}) is still running")
+    poll_for(lambda: not pid_alive(pid), timeout, 0.05, f"{what} (pid {pid}) is still running")
 
 
 def _wait_file(path: str, timeout: float = 30.0) -> bool:
@@ -186,8 +179,9 @@ def test_a_failed_direct_handle_construction_leaves_no_error_behind():
     ],
     ids=["too-many", "unknown-kw", "missing"],
 )
-def test_wrong_constructor_arity_raises_type_error_at_remote(shared_cluster, tmp_path, args,
-                                                               kwargs, match):
+def test_wrong_constructor_arity_raises_type_error_at_remote(
+    shared_cluster, tmp_path, args, kwargs, match
+):
     runs = tmp_path / "ctor_runs"
 
     @nbcluster.remote
@@ -321,8 +315,9 @@ ACCEPTED = [
 
 @pytest.mark.parametrize("opts", ACCEPTED)
 @pytest.mark.parametrize("where", ["decorator", "options"])
-def test_every_actor_option_is_accepted_on_the_decorator_and_in_options(shared_cluster, opts,
-                                                                          where):
+def test_every_actor_option_is_accepted_on_the_decorator_and_in_options(
+    shared_cluster, opts, where
+):
     class Plain:
         def ping(self, x):
             return x
@@ -342,11 +337,15 @@ def test_every_actor_option_is_accepted_on_the_decorator_and_in_options(shared_c
 
 BAD_ACTOR_OPTIONS = [
     pytest.param(
-        {"max_restarts": -2}, ValueError, r"max_restarts must be an integer >= -1 \(-1 means",
+        {"max_restarts": -2},
+        ValueError,
+        r"max_restarts must be an integer >= -1 \(-1 means",
         id="max_restarts=-2",
     ),
     pytest.param(
-        {"lifetime": "forever"}, ValueError, r"lifetime must be None or 'detached', got 'forever'",
+        {"lifetime": "forever"},
+        ValueError,
+        r"lifetime must be None or 'detached', got 'forever'",
         id="lifetime=forever",
     ),
     pytest.param(
@@ -359,41 +358,62 @@ BAD_ACTOR_OPTIONS = [
         id="unknown-key",
     ),
     pytest.param(
-        {"max_restart": 1}, ValueError, r"Did you mean 'max_restarts'\?", id="typo",
+        {"max_restart": 1},
+        ValueError,
+        r"Did you mean 'max_restarts'\?",
+        id="typo",
     ),
     pytest.param(
-        {"num_returns": 2}, ValueError, r"Invalid option 'num_returns' for an actor class",
+        {"num_returns": 2},
+        ValueError,
+        r"Invalid option 'num_returns' for an actor class",
         id="task-only-option",
     ),
     pytest.param(
-        {"max_task_retries": -5}, ValueError, r"max_task_retries must be an integer >= -1",
+        {"max_task_retries": -5},
+        ValueError,
+        r"max_task_retries must be an integer >= -1",
         id="max_task_retries=-5",
     ),
     pytest.param(
-        {"max_concurrency": 0}, ValueError, r"max_concurrency must be an integer >= 1",
+        {"max_concurrency": 0},
+        ValueError,
+        r"max_concurrency must be an integer >= 1",
         id="max_concurrency=0",
     ),
     pytest.param(
-        {"max_pending_calls": 0}, ValueError, r"-1 \(unlimited\) or a positive integer",
+        {"max_pending_calls": 0},
+        ValueError,
+        r"-1 \(unlimited\) or a positive integer",
         id="max_pending_calls=0",
     ),
     pytest.param({"num_cpus": -1}, ValueError, r"num_cpus must be a non-negative", id="cpus<0"),
     pytest.param({"num_gpus": "1"}, TypeError, r"num_gpus must be a non-negative", id="gpus-str"),
     pytest.param(
-        {"resources": {"CPU": 1}}, ValueError, r"Use the num_cpus option", id="resources-CPU",
+        {"resources": {"CPU": 1}},
+        ValueError,
+        r"Use the num_cpus option",
+        id="resources-CPU",
     ),
     pytest.param({"name": ""}, ValueError, r"name must be a non-empty string", id="name=''"),
     pytest.param({"namespace": 3}, TypeError, r"namespace must be a string", id="namespace=3"),
     pytest.param(
-        {"get_if_exists": "yes"}, TypeError, r"get_if_exists must be True or False",
+        {"get_if_exists": "yes"},
+        TypeError,
+        r"get_if_exists must be True or False",
         id="get_if_exists-str",
     ),
     pytest.param(
-        {"scheduling_strategy": "spread"}, ValueError, r"did you mean 'SPREAD'",
+        {"scheduling_strategy": "spread"},
+        ValueError,
+        r"did you mean 'SPREAD'",
         id="strategy-case",
     ),
     pytest.param(
-        {"max_restarts": True}, TypeError, r"max_restarts must be an integer", id="bool",
+        {"max_restarts": True},
+        TypeError,
+        r"max_restarts must be an integer",
+        id="bool",
     ),
 ]
 
@@ -442,13 +462,15 @@ def test_num_cpus_and_memory_are_held_while_the_actor_lives(shared_cluster):
     nbcluster.get(c.pid.remote(), timeout=30)
     poll_for(
         lambda: nbcluster.available_resources().get("CPU", 0) == total["CPU"] - 1,
-        15, message=f"the actor's CPU is not held: {nbcluster.available_resources()}",
+        15,
+        message=f"the actor's CPU is not held: {nbcluster.available_resources()}",
     )
     assert nbcluster.available_resources()["memory"] == pytest.approx(total["memory"] - 2**30)
     nbcluster.kill(c)
     poll_for(
         lambda: nbcluster.available_resources().get("CPU", 0) == total["CPU"],
-        15, message="the killed actor's CPU did not come back",
+        15,
+        message="the killed actor's CPU did not come back",
     )
 
 
@@ -459,7 +481,8 @@ def test_default_actors_hold_no_cpu(shared_cluster):
     # (task leases from earlier tests may still be held for a moment: wait for them)
     poll_for(
         lambda: nbcluster.available_resources().get("CPU", 0) == total,
-        15, message=f"idle default actors hold CPUs: {nbcluster.available_resources()}",
+        15,
+        message=f"idle default actors hold CPUs: {nbcluster.available_resources()}",
     )
     for a in actors:
         nbcluster.kill(a)
@@ -584,7 +607,7 @@ def test_an_actor_ends_when_its_last_handle_is_gone(shared_cluster):
     del c
     gc.collect()
     assert nbcluster.get(alias.add.remote(), timeout=30) == 1  # one handle left: still alive
-    assert _alive(pid)
+    assert pid_alive(pid)
     del alias
     gc.collect()
     _await_exit(pid)
@@ -607,7 +630,7 @@ def test_an_out_of_scope_actor_finishes_its_pending_calls_first(shared_cluster, 
     refs = [s.wait_then.remote(str(go), i) for i in range(3)]
     del s
     gc.collect()
-    assert_stays(lambda: _alive(pid), quiet_period(0.3), "released with calls pending")
+    assert_stays(lambda: pid_alive(pid), quiet_period(0.3), "released with calls pending")
     go.touch()
     assert nbcluster.get(refs, timeout=30) == [0, 1, 2]
     _await_exit(pid)
@@ -833,7 +856,7 @@ def _many_actors_become_ready_and_free_everything(session: str, n: int, timeout:
     poll_for(all_alive, timeout, 0.5, f"not all {n} actors became ready")
     pids = [r.worker_pid for r in _actor_table(ids).values()]
     assert len(set(pids)) == n and 0 not in pids  # each in its own process
-    assert all(_alive(p) for p in pids)
+    assert all(pid_alive(p) for p in pids)
     assert set(pids) <= set(worker_pids(session))
     answered = nbcluster.get([a.pid.remote() for a in actors], timeout=timeout)
     assert sorted(answered) == sorted(pids)
@@ -845,19 +868,21 @@ def _many_actors_become_ready_and_free_everything(session: str, n: int, timeout:
     gc.collect()
 
     def still_running() -> str:
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if pid_alive(p)]
         k = sum(p in killed for p in alive)
         return f"{len(alive)} actor processes still running ({k} killed, {len(alive) - k} dropped): {alive[:10]}"
 
     deadline = max(60.0, n / 10)
     try:
-        poll_for(lambda: not any(_alive(p) for p in pids), deadline, 0.2)
+        poll_for(lambda: not any(pid_alive(p) for p in pids), deadline, 0.2)
     except AssertionError:
         raise AssertionError(still_running()) from None
     assert not set(pids) & set(worker_pids(session))
     poll_for(
         lambda: all(r.state == dead_state for r in _actor_table(ids).values()),
-        30, 0.2, "the head still has live actors",
+        30,
+        0.2,
+        "the head still has live actors",
     )
     poll_for(
         lambda: nbcluster.available_resources().get("CPU", 0) == total["CPU"],
@@ -986,7 +1011,11 @@ def test_detached_actor_outlives_its_driver_and_non_detached_ones_do_not(tmp_pat
     try:
         started = subprocess.run(
             [*CLI, "start", "--head", "--num-cpus", "2"],
-            env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            stdin=subprocess.DEVNULL,
         )
         assert started.returncode == 0, started.stderr[-3000:]
         address = started.stdout.split("nbcluster head started at ", 1)[1].split()[0]
@@ -996,7 +1025,7 @@ def test_detached_actor_outlives_its_driver_and_non_detached_ones_do_not(tmp_pat
         # A asked the head to finish its job before exiting: its non-detached actor is
         # already dead, and its process goes.
         _await_exit(a["plain"], what="A's non-detached actor")
-        assert _alive(a["keeper"]), "the detached actor died with its driver"
+        assert pid_alive(a["keeper"]), "the detached actor died with its driver"
 
         b = _run_json(DRIVER_B, [address, "now"], env)
         assert b["plain"].startswith("missing"), b
@@ -1039,8 +1068,12 @@ def test_a_clean_driver_exit_without_shutdown_ends_its_actors_at_once(tmp_path):
 
         def spawn(code: str, *args: str) -> subprocess.Popen[str]:
             p = subprocess.Popen(
-                [sys.executable, "-c", code, *args], env=env, text=True,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                [sys.executable, "-c", code, *args],
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
             procs.append(p)
             return p
@@ -1095,7 +1128,10 @@ PAUSED_DRIVER = textwrap.dedent(
 def test_a_driver_that_pauses_keeps_its_actors(shared_cluster):
     p = subprocess.Popen(
         [sys.executable, "-c", PAUSED_DRIVER, shared_cluster.address],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         first = json.loads(p.stdout.readline())  # type: ignore[union-attr]
@@ -1135,7 +1171,8 @@ def test_gpus_and_custom_resources_are_held_and_assigned(cluster):
     assert sorted(ids) == [[0], [1]]  # one GPU each, different ones
     poll_for(
         lambda: nbcluster.available_resources().get("GPU", 0) == 0,
-        15, message=f"GPUs not held: {nbcluster.available_resources()}",
+        15,
+        message=f"GPUs not held: {nbcluster.available_resources()}",
     )
     # a third GPU actor must wait for a GPU: it is placed once one is free
     g3 = OnGpu.remote()
@@ -1149,13 +1186,15 @@ def test_gpus_and_custom_resources_are_held_and_assigned(cluster):
     nbcluster.get(c.pid.remote(), timeout=30)
     poll_for(
         lambda: nbcluster.available_resources().get("foo", 0) == 0.5,
-        15, message=f"the custom resource is not held: {nbcluster.available_resources()}",
+        15,
+        message=f"the custom resource is not held: {nbcluster.available_resources()}",
     )
     for h in (g2, g3, c):
         nbcluster.kill(h)
     poll_for(
         lambda: nbcluster.available_resources() == nbcluster.cluster_resources(),
-        15, message=f"resources did not come back: {nbcluster.available_resources()}",
+        15,
+        message=f"resources did not come back: {nbcluster.available_resources()}",
     )
 
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 import nbcluster
-from nbcluster.testing import assert_no_processes, cluster_processes, poll_for
+from nbcluster.testing import assert_no_processes, cluster_processes, pid_alive, poll_for
 
 CLI = [sys.executable, "-m", "nbcluster.cli"]
 
@@ -170,8 +170,8 @@ def test_start_status_join_and_stop(cli, monkeypatch):
     assert re.search(r"signalled 3 process\(es\)", stopped.stdout), stopped.stdout
     for s in cli.sessions():
         assert_no_processes(s, timeout=10)
-    assert [pid for pid in pids if _alive(pid)] == []
-    assert not _alive(joined_pid)
+    assert [pid for pid in pids if pid_alive(pid)] == []
+    assert not pid_alive(joined_pid)
     # (The head may be an unreaped zombie for a moment, which still looks alive by PID.)
     poll_for(
         lambda: (
@@ -180,13 +180,6 @@ def test_start_status_join_and_stop(cli, monkeypatch):
         20,
         message="status still finds a cluster after stop",
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _catches(pid: int, sig: int) -> bool:

@@ -24,7 +24,6 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-import psutil
 import pytest
 
 import nbcluster
@@ -38,7 +37,7 @@ from nbcluster.dag.compiled import (
 )
 from nbcluster.dag.compiled._loop import loop_status
 from nbcluster.exceptions import ActorDiedError, TaskError
-from nbcluster.testing import poll_for
+from nbcluster.testing import pid_alive, poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -278,13 +277,6 @@ def test_teardown_ends_the_loops_and_frees_the_channels(
     again.teardown()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.mark.parametrize("channel", ["auto", "relay"])
 def test_a_killed_actor_fails_get_instead_of_hanging(shared_cluster: object, channel: str) -> None:
     a, b = Stage.remote(1), Stage.remote(1)
@@ -294,7 +286,7 @@ def test_a_killed_actor_fails_get_instead_of_hanging(shared_cluster: object, cha
     assert nbcluster.get(compiled.execute(0)) == 2
     pid = nbcluster.state.actor_info(b)["pid"]
     nbcluster.kill(b)  # asynchronous, as in Ray: wait until b's process is gone
-    poll_for(lambda: not _alive(pid), timeout=30)
+    poll_for(lambda: not pid_alive(pid), timeout=30)
     start = time.monotonic()
     with pytest.raises(ActorDiedError):
         nbcluster.get(compiled.execute(1), timeout=30)

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 import nbcluster
@@ -41,6 +40,7 @@ from nbcluster.exceptions import (
 from nbcluster.testing import (
     assert_cluster_healthy,
     kill_process,
+    pid_alive,
     poll_for,
     worker_pids,
 )
@@ -60,14 +60,6 @@ def _marks(path: Path) -> list[str]:
 
 def _await_marks(path: Path, n: int, what: str) -> None:
     poll_for(lambda: len(_marks(path)) >= n, timeout=20, message=f"{what} did not start")
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie (a stronger check of death than ``worker_pids``)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 # ------------------------------------------------------------------ F01: application errors
@@ -161,7 +153,9 @@ def test_crashing_task_is_retried_then_raises_worker_crashed(
     assert len(pids) == 4, pids  # exactly max_retries + 1 attempts
     assert len(set(pids)) == 4  # each on a new worker
     # The dead workers are gone and replaced (the warm pool is refilled); the node survived.
-    poll_for(lambda: not any(_alive(p) for p in pids), timeout=10, message="a crashed worker lives")
+    poll_for(
+        lambda: not any(pid_alive(p) for p in pids), timeout=10, message="a crashed worker lives"
+    )
     # The warm pool is back at its size, one worker per CPU. (Not the process count before
     # the test: that can include a surplus worker that was starting or leaving just then.)
     pool = int(nbcluster.cluster_resources()["CPU"])
@@ -418,7 +412,7 @@ def test_force_cancel_kills_the_worker_and_is_not_retried(shared_cluster, tmp_pa
     with pytest.raises((TaskCancelledError, WorkerCrashedError)):
         nbcluster.get(ref, timeout=10)
     pid = int(_marks(runs)[0])
-    poll_for(lambda: not _alive(pid), timeout=10, message="the force-cancelled worker lives")
+    poll_for(lambda: not pid_alive(pid), timeout=10, message="the force-cancelled worker lives")
     assert_cluster_healthy()
     assert len(_marks(runs)) == 1  # not retried although max_retries=3
 

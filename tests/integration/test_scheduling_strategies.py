@@ -27,7 +27,7 @@ import nbcluster
 from nbcluster import state
 from nbcluster.config import Config
 from nbcluster.exceptions import ActorUnschedulableError, NbclusterError, TaskUnschedulableError
-from nbcluster.testing import assert_no_processes, poll_for
+from nbcluster.testing import assert_no_processes, pid_alive, poll_for
 from nbcluster.util import NodeAffinitySchedulingStrategy
 
 pytestmark = pytest.mark.integration
@@ -109,15 +109,6 @@ def settle() -> None:
         message="idle leases of earlier tests were not handed back",
     )
     time.sleep(2 * config.heartbeat_interval_s)  # ...and the nodes' views, a heartbeat later
-
-
-def pid_alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 # ------------------------------------------------------------------- special clusters (factory)

@@ -39,6 +39,7 @@ from nbcluster.testing import (
     assert_no_processes,
     assert_stays,
     cluster_processes,
+    pid_alive,
     poll_for,
     quiet_period,
 )
@@ -47,13 +48,6 @@ MiB = 2**20
 MAX_MESSAGE = 8 * MiB
 PACKAGE = Path(nbcluster.__file__).resolve().parent
 LOOPBACK = {"127.0.0.1", "::1"}
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def is_loopback_ip(ip: str) -> bool:
@@ -571,7 +565,7 @@ def test_core_workers_refuse_calls_without_the_right_token(
     check_refusal(driver.code("CoreWorker", "UpdateBorrows", borrow, who), expected, token)
     check_refusal(raw_worker.code("CoreWorker", "Exit", pb.Empty(), who), expected, token)
     check_refusal(driver.code("CoreWorker", "Exit", pb.Empty(), who), expected, token)
-    assert_stays(lambda: _running(reply.worker_pid), quiet_period(0.2))  # Exit: gone in 50 ms
+    assert_stays(lambda: pid_alive(reply.worker_pid), quiet_period(0.2))  # Exit: gone in 50 ms
     # The refused borrow was not recorded: dropping our ref frees the object as usual.
     entry = nbcluster._api.context.require_client().table.get(ref.binary())
     assert entry is not None and entry.borrowers == set()
@@ -849,7 +843,7 @@ def test_garbage_on_a_worker_task_stream_does_not_kill_it(sec, leased_worker, he
     assert (
         grpc.StatusCode.DEADLINE_EXCEEDED not in codes and grpc.StatusCode.UNAVAILABLE not in codes
     )
-    assert_stays(lambda: _running(reply.worker_pid), quiet_period(0.2))
+    assert_stays(lambda: pid_alive(reply.worker_pid), quiet_period(0.2))
     status = raw_worker.call(
         "CoreWorker", "GetObjectStatus", pb.ObjectStatusRequest(object_id=os.urandom(20))
     )

@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 import nbcluster
@@ -28,7 +27,7 @@ from nbcluster.exceptions import (
     TaskCancelledError,
     TaskError,
 )
-from nbcluster.testing import poll_for
+from nbcluster.testing import pid_alive, poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +38,6 @@ def _marks(path: Path) -> list[str]:
         return path.read_text().split()
     except FileNotFoundError:
         return []
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 # ------------------------------------------------------------------ special clusters (factory)
@@ -495,7 +486,7 @@ def test_max_calls_one_gives_a_fresh_worker_per_call(shared_cluster):
     pids += nbcluster.get([whoami.remote() for _ in range(3)], timeout=30)
     assert len(set(pids)) == 6, pids
     poll_for(
-        lambda: not any(_alive(p) for p in pids),
+        lambda: not any(pid_alive(p) for p in pids),
         timeout=10,
         message="workers with max_calls=1 did not exit after their call",
     )

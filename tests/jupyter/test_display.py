@@ -101,8 +101,10 @@ def test_cluster_view_from_magics_renders_escaped_html(shared_cluster: Any) -> N
     from nbcluster.jupyter.display import ClusterView
 
     view = ClusterView(shared_cluster)
-    data = _format(view)
-    assert "CPUs used: 0 / 2" in data["text/plain"]
+    # The view is as of the node's last heartbeat (at most heartbeat_interval_s old).
+    data = poll_for(
+        lambda: next((d for d in [_format(view)] if "CPUs used: 0 / 2" in d["text/plain"]), None)
+    )
     assert "<td>0 / 2</td>" in data["text/html"]
     assert repr(view) == f"ClusterView(address={shared_cluster.address!r}, started by this kernel)"
 

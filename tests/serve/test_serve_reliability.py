@@ -22,6 +22,7 @@ import nbcluster
 from nbcluster import serve
 from nbcluster.exceptions import ActorDiedError
 from nbcluster.serve._loadgen import LoadResult, run_load
+from nbcluster.testing import pid_alive
 from nbcluster.util.state import list_actors
 
 pytestmark = pytest.mark.integration
@@ -417,11 +418,6 @@ def test_shutdown_leaves_no_serve_actor(serve_cluster: Any) -> None:
     with pytest.raises(ValueError):
         nbcluster.get_actor("SERVE_CONTROLLER", namespace="serve")
     for p in [pid, *proxy_pids]:
-        wait_for(
-            lambda p=p: (
-                not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE
-            ),
-            what=f"process {p} to exit",
-        )
+        wait_for(lambda p=p: not pid_alive(p), what=f"process {p} to exit")
     assert serve.status().applications == {}
     serve.start(http_options={"port": 0})  # the module fixture's Serve, again

@@ -321,6 +321,20 @@ def test_an_idle_lease_is_returned_when_its_timer_fires_unless_it_found_work() -
     assert lease.returned and lease not in st.keys[rec.key].leases
 
 
+def test_release_idle_gives_back_idle_leases_only_and_stops_their_timers() -> None:
+    st = _state(idle_timeout_s=0.5)
+    idle_rec, busy_rec = _rec(), _rec(key=("cpu2",))
+    idle, _ = _granted_lease(st, idle_rec)
+    st.replies(idle, [_reply(idle_rec)])
+    gen = idle.idle_gen
+    busy, _ = _granted_lease(st, busy_rec)  # its task still runs
+    assert busy.inflight
+    assert st.release_idle() == [ins.StopIdleTimer(idle), ins.ReturnLease(idle, False)]
+    assert idle.returned and not busy.returned and busy in st.keys[busy_rec.key].leases
+    assert st.idle_expired(idle, gen) == []  # its timer, if it fires anyway, does nothing
+    assert st.release_idle() == []
+
+
 def test_an_idle_lease_is_returned_at_once_when_another_key_waits_for_leases() -> None:
     st = _state(idle_timeout_s=0.5)
     rec = _rec()

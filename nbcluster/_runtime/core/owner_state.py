@@ -314,6 +314,15 @@ class OwnerState:
             return self.pump(lease.kq)
         return self._give_back(lease, failed=False)
 
+    def release_idle(self) -> Out:
+        """Give back now every lease waiting idle for work (rather than at its timer)."""
+        out: Out = []
+        for kq in self.keys.values():
+            for lease in list(kq.leases):
+                if lease.idle and not (lease.inflight or lease.returned or lease.dead):
+                    out += self._give_back(lease, failed=False)
+        return out
+
     def _give_back(self, lease: Lease, failed: bool) -> Out:
         lease.returned = True
         if lease in lease.kq.leases:

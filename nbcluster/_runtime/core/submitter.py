@@ -72,6 +72,7 @@ class Submitter:
         self._dirty: list[Lease] = []  # outboxes to write at the end of this loop turn
         self._flush_scheduled = False
         self._open: set[bytes] = set()  # tasks (not actor calls) submitted and not yet done
+        self._returns_out = 0  # ReturnWorkerLease calls sent and not yet answered
         self._async_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.node_watch = NodeWatch(
             client, self.state.has_work_out, lambda: self.closed, self.node_died
@@ -357,10 +358,26 @@ class Submitter:
         self.client.loop.create_task(self._return_lease_rpc(i.address, i.lease_id, False))
 
     async def _return_lease_rpc(self, address: str, lease_id: bytes, failed: bool) -> None:
-        with contextlib.suppress(RpcFailure):
-            await self.client.node(address).ReturnWorkerLease(
-                pb.ReturnLeaseRequest(lease_id=lease_id, worker_failed=failed), timeout=10
-            )
+        self._returns_out += 1
+        try:
+            with contextlib.suppress(RpcFailure):
+                await self.client.node(address).ReturnWorkerLease(
+                    pb.ReturnLeaseRequest(lease_id=lease_id, worker_failed=failed), timeout=10
+                )
+        finally:
+            self._returns_out -= 1
+
+    def release_idle_leases(self) -> None:
+        """Give back every idle lease now, not at its idle timer (loop thread)."""
+        self._do(self.state.release_idle())
+
+    def holds_leases(self) -> bool:
+        """True while this owner holds a worker lease, asks for one, or its node has not yet
+        answered the return of one (loop thread): until then its node's resources may show
+        in use."""
+        return self._returns_out > 0 or any(
+            kq.leases or kq.requests for kq in self.state.keys.values()
+        )
 
     def _do_start_idle_timer(self, i: ins.StartIdleTimer) -> None:
         lease = i.lease

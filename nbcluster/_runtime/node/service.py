@@ -74,6 +74,7 @@ class WorkerProcesses:
         self.kill_on_start: dict[bytes, bool] = {}
         self.exit_info: dict[bytes, tuple[int, str, bytes]] = {}  # code, detail, started
         self.exited = asyncio.Event()
+        self.stopping = False  # set by stop_all: no worker starts after it (not even a refill)
         self.oom_details: dict[bytes, str] = {}
         # runtime_env: workers started from a virtual environment's python (not the zygote)
         self.python_worker_env: dict[str, str] = {}
@@ -88,6 +89,8 @@ class WorkerProcesses:
         return self.starting | set(self.pids)
 
     async def start(self, worker_id: bytes) -> None:
+        if self.stopping:
+            return
         log_path = self.session_dir / "logs" / f"worker-{worker_id.hex()[:8]}.log"
         self.starting.add(worker_id)
         self.zygote.spawn(worker_id, self.node_address, str(log_path))
@@ -118,6 +121,8 @@ class WorkerProcesses:
         Such workers are forked by a fork server of their own running that interpreter
         (started on first use, then kept: later workers start in milliseconds).
         """
+        if self.stopping:
+            return
         vz = self.venv_zygotes.get(python)
         if vz is None:
             vz = VenvZygote(
@@ -169,7 +174,12 @@ class WorkerProcesses:
         return self.pids.get(worker_id, 0)
 
     async def stop_all(self, grace: float = 1.0) -> None:
-        """End every worker: SIGTERM, then SIGKILL after ``grace`` seconds; stop the zygote."""
+        """End every worker: SIGTERM, then SIGKILL after ``grace`` seconds; stop the zygote.
+
+        No worker starts from here on: the node would otherwise replace each worker it ends
+        (its pool refills on every exit), and wait out both graces for the replacements.
+        """
+        self.stopping = True
         deadline = time.monotonic() + 2 * grace
         while self.starting and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
