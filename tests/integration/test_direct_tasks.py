@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 import nbcluster
-from nbcluster.testing import assert_cluster_healthy, poll_for
+from nbcluster.testing import assert_cluster_healthy, pid_alive, poll_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
@@ -173,6 +173,60 @@ def test_a_task_cancelled_while_it_waits_unread_behind_another_is_cancelled(
     assert nbcluster.get(first, timeout=60), "the cancel did not reach the worker"
     with pytest.raises(nbcluster.exceptions.TaskCancelledError):
         nbcluster.get(behind, timeout=60)
+    assert_cluster_healthy()
+
+
+@nbcluster.remote
+def sleeper(pid_file: str) -> str:
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(30)
+    return "slept"
+
+
+def test_a_sigint_not_from_a_cancel_fails_the_task_and_the_worker_goes_on(
+    shared_cluster: Any, tmp_path: Path
+) -> None:
+    """A SIGINT that is no cancel (someone's ``kill -INT``) is the task's error: its reply
+    goes out, and the worker and its lease stay usable (it used to vanish: a hang)."""
+    pid_file = tmp_path / "pid"
+    ref = sleeper.remote(str(pid_file))
+    poll_for(lambda: pid_file.exists() and pid_file.read_text(), 30)
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGINT)
+    with pytest.raises(nbcluster.exceptions.TaskError) as info:
+        nbcluster.get(ref, timeout=20)
+    assert isinstance(info.value.cause, KeyboardInterrupt)  # (not raised as one: no Ctrl-C)
+    assert not isinstance(info.value, (KeyboardInterrupt, nbcluster.exceptions.TaskCancelledError))
+    # A SIGINT while no task runs does nothing: the same worker runs the next tasks.
+    os.kill(pid, signal.SIGINT)
+    pids = {v["pid"] for v in nbcluster.get([view.remote() for _ in range(20)], timeout=30)}
+    assert pid_alive(pid), "the worker did not survive a SIGINT between tasks"
+    assert pids  # (the tasks ran; on this worker or, once its lease went back, another)
+    assert_cluster_healthy()
+
+
+@nbcluster.remote
+def quick(i: int) -> int:
+    return i
+
+
+def test_cancels_that_race_the_end_of_their_tasks_lose_no_reply(shared_cluster: Any) -> None:
+    """Each cancel lands before, during or just after its task: every ``get`` ends with the
+    value or ``TaskCancelledError`` (a SIGINT landing after the task's code ended used to
+    raise where the reply was being sent: the reply was lost and the lease stuck)."""
+    outcomes = {"value": 0, "cancelled": 0}
+    for i in range(200):
+        ref = quick.remote(i)
+        if i % 2:
+            time.sleep(0.0005 * (i % 7))
+        nbcluster.cancel(ref)
+        try:
+            assert nbcluster.get(ref, timeout=30) == i
+            outcomes["value"] += 1
+        except nbcluster.exceptions.TaskCancelledError:
+            outcomes["cancelled"] += 1
+    assert sum(outcomes.values()) == 200, outcomes
     assert_cluster_healthy()
 
 

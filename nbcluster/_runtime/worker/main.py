@@ -1,8 +1,9 @@
 """Worker process: ``python -m nbcluster._runtime.worker.main`` (started by a node manager).
 
 User code runs on the main thread (so cancelling a task can raise ``KeyboardInterrupt``
-in it); the core client's I/O loop runs on a background thread and serves ``PushTasks``
-streams from owners that hold a lease on this worker.
+in it, and only in it: ``Executor.interrupt``); the core client's I/O loop runs on a
+background thread and serves ``PushTasks`` streams from owners that hold a lease on this
+worker.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from nbcluster._runtime.worker.generators import (
 from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster._runtime.worker.owner_stream import OwnerStream, ReplySink
-from nbcluster._runtime.worker.returns import place, serialize_value
+from nbcluster._runtime.worker.returns import place, serialize_value, split_returns
 from nbcluster._runtime.worker.service import WorkerService
 
 log = logging.getLogger("nbcluster.worker")
@@ -123,6 +124,7 @@ class Executor:
         self.running: bytes = b""
         self.running_stream: ReplySink | None = None
         self.cancelled: set[bytes] = set()
+        self.interruptible = False  # the main thread runs a task's code: see interrupt()
         self.blocked = False
         self.exit_after_reply = threading.Event()
         self.events: list[Any] = []  # TaskEvent, or (spec, start, end, error): see _task_event
@@ -193,6 +195,13 @@ class Executor:
                 if len(self.cancelled) >= 4096:  # ids of tasks that never came: forget them
                     self.cancelled.clear()
                 self.cancelled.add(task_id)
+
+    def interrupt(self, signum: int, frame: Any) -> None:
+        """The main thread's SIGINT handler (a cancel sends one: :meth:`cancel`). It raises
+        only in a task's code: one that lands after that ended (the cancel raced the task's
+        end) is dropped, so the task's reply still goes out and its lease stays usable."""
+        if self.interruptible:
+            raise KeyboardInterrupt
 
     def drain_pending(self) -> list[tuple[pb.TaskSpec, OwnerStream]]:
         """Take every queued, not started call (the actor is exiting)."""
@@ -488,7 +497,7 @@ class Executor:
             else:
                 if inspect.isawaitable(result):
                     result = await result
-                returns = self._serialize_returns(spec, self._split_returns(spec, result))
+                returns = self._serialize_returns(spec, split_returns(spec, result))
                 big = self.client.config.max_inline_bytes
                 if any(sv.total_size > big for _, sv in returns):
                     await asyncio.to_thread(self._add_returns, returns, reply, spec.owner_address)
@@ -508,21 +517,6 @@ class Executor:
         reply.end_time = time.time()
         self._record_event(spec, reply)
         return reply
-
-    def _split_returns(self, spec: pb.TaskSpec, result: Any) -> list[Any]:
-        n = spec.num_returns
-        if n == 1:
-            return [result]
-        if n == 0:
-            return []
-        values = list(result) if isinstance(result, (list, tuple)) else None
-        if values is None or len(values) != n:
-            got = len(values) if values is not None else f"a {type(result).__name__}"
-            raise ValueError(
-                f"{spec.function_name} declared num_returns={n} but returned {got}; "
-                f"return a tuple or list of {n} values"
-            )
-        return values
 
     def execute(self, spec: pb.TaskSpec) -> pb.TaskReply:
         client = self.client
@@ -551,6 +545,7 @@ class Executor:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         try:
             try:
+                self.interruptible = True  # a cancel's SIGINT raises from here on: interrupt()
                 if spec.task_id in self.cancelled:
                     raise KeyboardInterrupt
                 fn = self.function(spec)
@@ -559,21 +554,25 @@ class Executor:
                 if is_generator_call(spec, result):
                     run_generator(self, spec, result, reply)
                 else:
-                    self._store_returns(spec, self._split_returns(spec, result), reply)
-            except KeyboardInterrupt:
-                if spec.task_id in self.cancelled:
+                    self._store_returns(spec, split_returns(spec, result), reply)
+                self.interruptible = False
+            except BaseException as e:  # noqa: BLE001 - user code raised; report it
+                self.interruptible = False
+                if type(e) is KeyboardInterrupt and spec.task_id in self.cancelled:
                     reply.cancelled = True
                     self._error_returns(spec, exc.TaskCancelledError(spec.task_id.hex()), reply)
-                else:
-                    raise
-            except (SystemExit, exc.AsyncioActorExit) as e:
-                self._exit_raised(spec, e, reply)
-            except BaseException as e:  # noqa: BLE001 - user code raised; report it
-                err = exc.TaskError.from_exception(
-                    e, name, pid=os.getpid(), hostname=client.hostname(), task_id=spec.task_id.hex()
-                )
-                reply.retryable = self._retryable(spec, e)
-                self._error_returns(spec, err, reply)
+                elif isinstance(e, (SystemExit, exc.AsyncioActorExit)):
+                    self._exit_raised(spec, e, reply)
+                else:  # (a KeyboardInterrupt of the task's own too)
+                    err = exc.TaskError.from_exception(
+                        e,
+                        name,
+                        pid=os.getpid(),
+                        hostname=client.hostname(),
+                        task_id=spec.task_id.hex(),
+                    )
+                    reply.retryable = self._retryable(spec, e)
+                    self._error_returns(spec, err, reply)
         finally:
             client.current_task_id = b""
             _running.reset(token)
@@ -751,6 +750,7 @@ def main() -> None:
     )
     executor = Executor(client)
     client.executor = executor
+    signal.signal(signal.SIGINT, executor.interrupt)
     client.start(lambda c: WorkerService(c, executor))
     # Before any channel can connect: the first lease's comes as soon as the node has this
     # worker, and is the main thread's even if it connects before the main thread is ready.

@@ -15,7 +15,7 @@ from nbcluster._runtime.serialization import SerializedValue, serialize
 if TYPE_CHECKING:
     from nbcluster._runtime.core.client import CoreClient
 
-__all__ = ["place", "serialize_value"]
+__all__ = ["place", "serialize_value", "split_returns"]
 
 
 def serialize_value(client: CoreClient, value: Any, what: str) -> SerializedValue:
@@ -44,3 +44,20 @@ def place(client: CoreClient, oid: bytes, sv: SerializedValue, owner: str) -> di
         "node_id": client.node_id,
         "node_address": client.node_address,
     }
+
+
+def split_returns(spec: Any, result: Any) -> list[Any]:
+    """A call's result as its ``spec.num_returns`` return values (a clear error otherwise)."""
+    n = spec.num_returns
+    if n == 1:
+        return [result]
+    if n == 0:
+        return []
+    values = list(result) if isinstance(result, (list, tuple)) else None
+    if values is None or len(values) != n:
+        got = len(values) if values is not None else f"a {type(result).__name__}"
+        raise ValueError(
+            f"{spec.function_name} declared num_returns={n} but returned {got}; "
+            f"return a tuple or list of {n} values"
+        )
+    return values
