@@ -619,7 +619,10 @@ def child_suite(system: str, out: str, s: Sizes) -> None:
     run("actor", lambda: w_actor(a, s))
     run("actor_nn", lambda: w_actor_nn(a, s))
     with deadline(s.workload_timeout_s):
-        a.stop()
+        t = time.perf_counter()
+        a.stop()  # (returns once the system's processes it waits for have ended)
+        if _selected("stop_s"):
+            _emit(out, {"key": "stop_s", "value": time.perf_counter() - t})
 
 
 # --------------------------------------------------------------------------- parent
@@ -738,6 +741,7 @@ def rows_for(s: Sizes) -> list[Row]:
         Row("chain_s", f"chain of {s.chain_n:,} tasks", "s", LOWER, 3, "≥3×"),
         Row("idle_pss_mib", "idle memory (PSS)", "MiB", LOWER, 3, "≤⅓", "idle"),
         Row("idle_procs", "idle processes", "", LOWER, None, "", "idle"),
+        Row("stop_s", "shutdown after the suite", "s", LOWER),
     ]
 
 
@@ -886,7 +890,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workloads",
         help="comma-separated subset, e.g. rtt_ms,actor (cold_start_s, idle, rtt_ms, async_tasks, "
-        "putget, put_tasks_ms, small_objects, chain_s, actor, actor_nn); default: all",
+        "putget, put_tasks_ms, small_objects, chain_s, actor, actor_nn, stop_s); default: all",
     )
     parser.add_argument("--_cold", help=argparse.SUPPRESS)
     parser.add_argument("--_suite", help=argparse.SUPPRESS)

@@ -236,6 +236,9 @@ class NodeService(pb_grpc.NodeManagerServicer):
         self.changed = asyncio.Event()
         #: Set when a lease is granted (what the memory monitor waits for when idle).
         self.leased = asyncio.Event()
+        #: Leases granted so far: the heartbeat reports after any grant, even when the state
+        #: it reports looks as last sent (``HeadLink.run``).
+        self.grants = 0
         #: Set with ``changed`` (what the idle load reporter waits for; node/autoscaling.py).
         self.load_changed: asyncio.Event | None = None
         self.death_reports = PendingReports()  # retried until the head acknowledges them
@@ -250,6 +253,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
         for ins in instructions:
             if isinstance(ins, Grant):
                 self.leased.set()
+                self.grants += 1
                 fut = self.waiters.pop(ins.request_id, None)
                 reply = pb.LeaseReply(
                     status=pb.LeaseReply.GRANTED,
@@ -707,10 +711,16 @@ class HeadLink:
         A node with lease requests waiting reports every ``interval`` (its view of the
         other nodes decides where they spill); an idle node only sends a keep-alive every
         ``keepalive`` seconds, so it costs no CPU between them.
+
+        A report that looks as the last one still goes out when a lease was granted since:
+        the head counts the actors it places against its view of the node at once, and a
+        short-lived actor (granted and gone within one interval) would otherwise leave its
+        resources missing there until the keep-alive.
         """
         service = self.service
         last = b""
         last_sent = 0.0
+        last_grants = 0
         while True:
             await asyncio.sleep(self.interval)
             if not service.state.pending:
@@ -721,14 +731,20 @@ class HeadLink:
             request = self._report()
             payload = request.SerializeToString(deterministic=True)
             now = time.monotonic()
-            if payload == last and not service.state.pending and now - last_sent < self.keepalive:
+            grants = service.grants
+            if (
+                payload == last
+                and grants == last_grants
+                and not service.state.pending
+                and now - last_sent < self.keepalive
+            ):
                 continue  # woken, but nothing the head sees changed
             try:
                 reply = await self.stub.Heartbeat(request, timeout=max(self.interval * 4, 2.0))
             except RpcFailure as err:
                 log.warning("heartbeat to head failed: %s", err.code().name)
                 continue
-            last, last_sent = payload, now
+            last, last_sent, last_grants = payload, now, grants
             st = service.state
             if reply.reregister:
                 if reply.fenced:
