@@ -461,11 +461,15 @@ def _tags(cell: Any) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
 def cell_text(cell: Any) -> str:
     """Everything a cell showed, as text: streams, text/* data (and the names of the other
     mimetypes) of results and displays, and errors (name, value, traceback; ANSI removed)."""
     parts: list[str] = []
     last_stream = None
+    last_at = -1  # where in ``parts`` the last stream's text is
     for out in cell.get("outputs", []):
         kind = out.get("output_type")
         if kind == "stream":
@@ -473,15 +477,24 @@ def cell_text(cell: Any) -> str:
             text = text if isinstance(text, str) else "".join(text)
             # Consecutive chunks of one stream read as one text, as the notebook shows them:
             # one print() may arrive as several stream messages under load.
-            if last_stream == out.get("name") and parts:
-                parts[-1] += text
+            if last_stream == out.get("name") and last_at >= 0:
+                parts[last_at] += text
             else:
                 parts.append(text)
+                last_at = len(parts) - 1
             last_stream = out.get("name")
+            continue
+        data = out.get("data", {}) if kind in ("execute_result", "display_data") else {}
+        if kind == "display_data" and WIDGET_VIEW in data and set(data) <= {WIDGET_VIEW, "text/plain"}:
+            # A widget shown from another thread (the cell's log area opens at its work's
+            # first output) may land between two chunks of one print(): they still join.
+            parts.append("mimetypes: " + " ".join(sorted(data)))
+            if "text/plain" in data:
+                plain = data["text/plain"]
+                parts.append(plain if isinstance(plain, str) else "".join(plain))
             continue
         last_stream = None
         if kind in ("execute_result", "display_data"):
-            data = out.get("data", {})
             parts.append("mimetypes: " + " ".join(sorted(data)))
             for mime, value in data.items():
                 if mime.startswith("text/"):
@@ -490,6 +503,23 @@ def cell_text(cell: Any) -> str:
             parts.append(f"ename: {out.get('ename')}\nevalue: {out.get('evalue')}")
             parts.append("\n".join(out.get("traceback", [])))
     return _ANSI.sub("", "\n".join(parts))
+
+
+def test_a_widget_shown_between_two_chunks_of_one_print_does_not_split_it() -> None:
+    widget = {"output_type": "display_data", "data": {WIDGET_VIEW: {}, "text/plain": "Log"}}
+    cell = {
+        "outputs": [
+            {"output_type": "stream", "name": "stdout", "text": "scores:"},
+            widget,
+            {"output_type": "stream", "name": "stdout", "text": " 110\n"},
+        ]
+    }
+    text = cell_text(cell)
+    assert re.search(r"^scores: 110$", text, re.MULTILINE), text
+    assert re.search(WIDGET, text) and "Log" in text
+    # Any other display does end the stream's text (what comes after shows apart).
+    cell["outputs"][1] = {"output_type": "display_data", "data": {"text/html": "<b>x</b>"}}
+    assert not re.search(r"^scores: 110$", cell_text(cell), re.MULTILINE)
 
 
 # -- committed notebooks are clean ---------------------------------------------------------
