@@ -57,6 +57,11 @@ class Config:
     """A thread waiting in ``get`` for an actor call it sent reads the reply off the actor's
     channel itself, while no other call to that actor is out (``core/actor_submitter.py``,
     "Thread reads"; False: the I/O loop reads every reply; ``NBCLUSTER_ACTOR_THREAD_READS=0``)."""
+    task_thread_io: bool = True
+    """A thread that submits a task with no argument to wait for, while a lease of its shape
+    waits idle, writes it to the worker itself, and a thread waiting in ``get`` for it reads
+    the reply itself (``core/thread_tasks.py``; False: both go through the I/O loop;
+    ``NBCLUSTER_TASK_THREAD_IO=0``)."""
     direct_tasks: bool = True
     """A worker's main thread reads its task leases' channels and runs each task where it
     reads it, as a plain sync actor's does (``worker/direct.py``; False: the I/O loop reads

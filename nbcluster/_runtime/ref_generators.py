@@ -224,8 +224,9 @@ def wait_mixed(
                 if e.waiters is None:
                     e.waiters = []
                 e.waiters.append(hit)
-    loop_reads = getattr(getattr(client, "actor_submitter", None), "loop_reads_soon", None)
-    if loop_reads is not None:  # this wait reads no actor's reply itself: the loop does
+    thread_tasks = getattr(getattr(client, "submitter", None), "thread_tasks", None)
+    loop_reads = getattr(thread_tasks, "loop_reads_soon", None)
+    if loop_reads is not None:  # this wait reads no reply itself: the loop does
         loop_reads(list(entries.values()))
     try:
         while True:

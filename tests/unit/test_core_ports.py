@@ -45,6 +45,8 @@ HELPERS = {
     "service": ports.ServiceHost,
     "actor_submitter": ports.ActorSubmitterHost,
     "node_watch": ports.NodeWatchHost,
+    "routes": ports.RouteHost,
+    "thread_tasks": ports.ThreadTasksHost,
 }
 #: members every object has (``generators.registry`` keeps its table in ``__dict__``)
 IMPLICIT = {"__dict__"}

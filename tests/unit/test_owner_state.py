@@ -321,6 +321,64 @@ def test_an_idle_lease_is_returned_when_its_timer_fires_unless_it_found_work() -
     assert lease.returned and lease not in st.keys[rec.key].leases
 
 
+# -- thread writes (send_now) --------------------------------------------------------------------
+def test_send_now_puts_a_task_in_flight_on_an_idle_lease_and_its_timer_goes_stale() -> None:
+    st = _state(idle_timeout_s=0.5)
+    first = _rec()
+    lease, _ = _granted_lease(st, first)
+    timer = _of(st.replies(lease, [_reply(first)]), ins.StartIdleTimer)[0]
+    _apply_outcomes(st, [ins.Complete(first, None)])
+    nxt = _rec()
+    assert st.send_now(nxt, lambda le: True) is lease
+    assert lease.inflight == {nxt.task_id: nxt} and nxt.lease is lease
+    assert st.tasks[nxt.task_id] is nxt and not lease.idle
+    assert st.idle_expired(lease, timer.gen) == []  # the timer it had does nothing now
+    # Its reply completes it as any other, and the lease goes idle with a new timer.
+    reply = _reply(nxt)
+    out = st.replies(lease, [reply])
+    assert out == [ins.Complete(nxt, reply), ins.StartIdleTimer(lease, timer.gen + 2, 0.5)]
+
+
+def test_send_now_declines_what_must_take_the_usual_way() -> None:
+    st = _state()
+    first = _rec()
+    lease, _ = _granted_lease(st, first)
+    assert st.send_now(_rec(), lambda le: True) is None  # its only lease is busy
+    assert st.send_now(_rec(key=("other",)), lambda le: True) is None  # no lease of its shape
+    st.replies(lease, [_reply(first)])
+    assert st.send_now(_rec(), lambda le: False) is None  # its channel takes no write now
+    cancelled = _rec()
+    cancelled.cancelled = True
+    assert st.send_now(cancelled, lambda le: True) is None
+    lease.blocked = True
+    assert st.send_now(_rec(), lambda le: True) is None
+    lease.blocked = False
+    queued = _rec()
+    st.keys[first.key].queue.append(queued)  # something is queued on its key: it goes first
+    assert st.send_now(_rec(), lambda le: True) is None
+    st.keys[first.key].queue.clear()
+    st.close()
+    assert st.send_now(_rec(), lambda le: True) is None
+    assert not lease.inflight
+
+
+def test_send_now_skips_leases_it_may_not_use_and_takes_the_next() -> None:
+    st = _state()
+    a, b = _rec(), _rec()
+    out = _submit(st, a, b)
+    kq = st.keys[a.key]
+    reqs = _of(out, ins.RequestLease)
+    first = _of(st.lease_reply(kq, reqs[0].request_id, LOCAL, True, _grant(1)), ins.OpenStream)
+    second = _of(st.lease_reply(kq, reqs[1].request_id, LOCAL, True, _grant(2)), ins.OpenStream)
+    one, two = first[0].lease, second[0].lease
+    st.replies(one, [_reply(a)])
+    st.replies(two, [_reply(b)])
+    one.exiting = True
+    rec = _rec()
+    assert st.send_now(rec, lambda le: True) is two
+    assert rec.task_id in two.inflight and not one.inflight
+
+
 def test_release_idle_gives_back_idle_leases_only_and_stops_their_timers() -> None:
     st = _state(idle_timeout_s=0.5)
     idle_rec, busy_rec = _rec(), _rec(key=("cpu2",))

@@ -33,17 +33,15 @@ a call has waited ``THREAD_READ_WATCH_S`` with nobody reading it (nobody waits w
 idle for ``THREAD_READ_IDLE_S``. Only the thread reading and the loop ever read the
 socket, one at a time: a thread reads only under the lock and while the channel is the
 callers'. On the main thread, a Ctrl-C that lands while a reply is being read and handled
-is held until that is done (:class:`_HeldInterrupt`), so a reply is never half handled.
+is held until that is done (``thread_reads.HeldInterrupt``), so a reply is never half handled.
 """
 
 from __future__ import annotations
 
-import _signal  # (signal's own functions, without its enum conversions: a hot path)
 import asyncio
 import collections
 import contextlib
 import logging
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +57,7 @@ from nbcluster._runtime.core.actor_state import (
     ActorConn,
 )
 from nbcluster._runtime.core.channel import batch_frame
+from nbcluster._runtime.core.thread_reads import read_until
 from nbcluster._runtime.protocol.errors import (
     Peer,
     RpcFailure,
@@ -85,12 +84,6 @@ KILL_RETRY_S = 600.0
 #: loop looks), and how long an idle actor's channel stays the callers'.
 THREAD_READ_WATCH_S = 0.02
 THREAD_READ_IDLE_S = 0.5
-#: How long a thread that waits for its reply first polls without sleeping: a reply that
-#: comes within it costs no wake-up of the waiting thread (on a VM, waking a thread on
-#: another CPU costs both sides tens of microseconds: benchmarks/RESULTS.md).
-THREAD_READ_SPIN_S = 0.0003
-#: How long a thread reading an actor's replies waits in one poll (Ctrl-C stays prompt).
-_POLL_MS = 100
 
 
 class ActorSubmitter:
@@ -100,8 +93,9 @@ class ActorSubmitter:
         self.client = client
         #: Held around every event of :attr:`state` and every write to an actor's channel,
         #: by the loop and by callers writing their own calls (reentrant: instructions run
-        #: under it and may feed the state machine again).
-        self.lock = threading.RLock()
+        #: under it and may feed the state machine again). The task submitter's lock: one
+        #: lock orders both (a reply one handles may complete work of the other).
+        self.lock: threading.RLock = client.submitter.lock
         # Calls made and not done, per actor (for max_pending_calls); user threads read it.
         self.pending_counts: dict[bytes, int] = collections.defaultdict(int)
         # Calls on their way to the loop's queue, per actor: a later call must not pass them.
@@ -625,32 +619,13 @@ class ActorSubmitter:
                 conn.readers -= 1
 
     def _read_until(self, conn: ActorConn, call: Any, flag: Any, deadline: float | None) -> None:
-        poller = select.poll()
-        poller.register(call.fileno(), select.POLLIN)
-        poll = poller.poll
-        held = _HeldInterrupt() if threading.current_thread() is threading.main_thread() else None
-        spin_until = time.perf_counter() + THREAD_READ_SPIN_S
-        if deadline is not None and deadline - time.monotonic() < THREAD_READ_SPIN_S:
-            spin_until = 0.0  # (wait(timeout=0) and the like: one look, no polling)
-        while not flag.is_set():
-            ms = _POLL_MS
-            if deadline is not None:
-                ms = max(0, min(ms, int((deadline - time.monotonic()) * 1000)))
-            if spin_until:  # a short call's reply comes before sleeping would pay off
-                while not poll(0) and time.perf_counter() < spin_until:
-                    pass
-                spin_until = 0.0
-            poll(ms)
-            with self.lock:
-                if not conn.thread_reads or conn.call is not call:
-                    return  # the loop reads it now
-                if held is None:
-                    self._read_replies(conn, call)
-                else:
-                    with held:
-                        self._read_replies(conn, call)
-            if ms == 0 and deadline is not None and time.monotonic() >= deadline:
-                return
+        def step() -> bool:
+            if not conn.thread_reads or conn.call is not call:
+                return False  # the loop reads it now
+            self._read_replies(conn, call)
+            return True
+
+        read_until(call.fileno(), flag, deadline, self.lock, step)
 
     def _read_replies(self, conn: ActorConn, call: Any) -> None:
         """Read and handle what ``conn``'s channel holds, on a caller's thread (lock held;
@@ -748,33 +723,3 @@ class ActorSubmitter:
                 self._watch_handle.cancel()
                 self._watch_handle = None
             self._do(self.state.close())
-
-
-class _HeldInterrupt:
-    """Holds a Ctrl-C (SIGINT) that lands on the main thread inside the block, and raises
-    it when the block is done: a reply read off an actor's channel is handled whole."""
-
-    __slots__ = ("_prev", "_got")
-
-    def __init__(self) -> None:
-        self._prev: Any = None
-        self._got: tuple[int, Any] | None = None
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self._got = (signum, frame)
-
-    def __enter__(self) -> None:
-        prev = _signal.getsignal(_signal.SIGINT)
-        self._prev = prev if callable(prev) else None
-        self._got = None
-        if self._prev is not None:
-            _signal.signal(_signal.SIGINT, self._hold)
-
-    def __exit__(self, *exc_info: Any) -> None:
-        prev = self._prev
-        if prev is None:
-            return
-        _signal.signal(_signal.SIGINT, prev)  # (a signal still pending is held first)
-        got, self._got, self._prev = self._got, None, None
-        if got is not None:
-            prev(*got)

@@ -476,6 +476,18 @@ class TaskChannel:
             if not self._closed:
                 self._transport.resume_reading()
 
+    def thread_quiet(self) -> bool:
+        """True when the socket has nothing to read and has not ended (any thread; for a
+        channel whose reading is paused, where the loop would not see its end)."""
+        assert self._sock is not None
+        try:
+            self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        return False  # its end, or bytes nobody asked for
+
     def fileno(self) -> int:
         """The descriptor a caller's thread polls while the loop's reading is paused."""
         assert self._sock is not None

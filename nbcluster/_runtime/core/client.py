@@ -620,7 +620,7 @@ class CoreClient:
             if self.mode == "worker":
                 blocked = True
                 self.on_blocked(True)
-            self.actor_submitter.wait_reading(pending, waiter.event, deadline)  # its replies
+            self.submitter.thread_tasks.wait_reading(pending, waiter.event, deadline)  # replies
             while not waiter.event.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -664,7 +664,7 @@ class CoreClient:
             if entry.waiters is None:
                 entry.waiters = []
             entry.waiters.append(waiter)
-        self.actor_submitter.loop_reads_soon([entry])
+        self.submitter.thread_tasks.loop_reads_soon([entry])
         return True
 
     async def get_async(self, ref: Any) -> Any:

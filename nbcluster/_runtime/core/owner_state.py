@@ -122,6 +122,36 @@ class OwnerState:
             self._pump(kq, out)
         return out
 
+    def send_now(self, rec: TaskRecord, writable: Callable[[Lease], bool]) -> Lease | None:
+        """Thread writes: a task with no argument to wait for, submitted while its key has
+        nothing queued and a lease with nothing in flight whose channel takes a write now
+        (``writable``), goes in flight there at once; the shell writes it from the caller's
+        thread. None: it takes the usual way (:meth:`add`, then :meth:`ready`). The lease's
+        idle timer goes stale (its generation moves on) rather than being stopped."""
+        if self.closed or rec.cancelled:
+            return None
+        kq = self.keys.get(rec.key)
+        if kq is None or kq.queue:
+            return None
+        for lease in kq.leases:
+            if (
+                lease.inflight
+                or lease.dead
+                or lease.exiting
+                or lease.returned
+                or lease.blocked
+                or not writable(lease)
+            ):
+                continue
+            if lease.idle:
+                lease.idle = False
+                lease.idle_gen += 1
+            self.tasks[rec.task_id] = rec
+            rec.lease = lease
+            lease.inflight[rec.task_id] = rec
+            return lease
+        return None
+
     def reopen(self, rec: TaskRecord) -> None:
         """Lineage reconstruction: a done task runs again (its output was lost). The caller
         checked ``rec.retries_left != 0``; this charges one retry."""

@@ -108,9 +108,11 @@ class PendingReporter:
                 submitter = self.client.submitter
                 if submitter.closed:
                     return
-                tasks = submitter.tasks
+                # A snapshot, taken in one step: callers' threads add and finish tasks too
+                # (core/thread_tasks.py).
+                tasks = list(submitter.tasks.values())
                 events, more = pending_events(
-                    tasks.values(), time.monotonic(), FLUSH_S, MAX_LISTED, self._actor_inflight
+                    tasks, time.monotonic(), FLUSH_S, MAX_LISTED, self._actor_inflight
                 )
                 not_listed = max(0, len(tasks) - len(events)) if more else 0
                 if events or self.reported:

@@ -29,9 +29,11 @@ __all__ = [
     "NodeWatchHost",
     "ObjectWaits",
     "PendingHost",
+    "RouteHost",
     "ServiceHost",
     "SubmitterHost",
     "TaskQueue",
+    "ThreadTasksHost",
 ]
 
 
@@ -65,6 +67,14 @@ class ActorCalls(Protocol):
 
     def loop_reads_for(self, entry: Entry) -> None:
         """The loop is about to wait for ``entry``: it reads the replies that make it."""
+        ...
+
+    def loop_reads_soon(self, entries: Any) -> None:
+        """Observers that do not read will wait for ``entries``: the loop reads them."""
+        ...
+
+    def wait_reading(self, entries: Any, flag: Any, deadline: float | None) -> None:
+        """A thread waits for ``entries``: read the reply of the call behind them here."""
         ...
 
 
@@ -185,11 +195,30 @@ class SubmitterHost(Protocol):
     def table(self) -> OwnershipTable: ...
     def node(self, address: str | None = None) -> AuthedStub: ...
     def core(self, address: str) -> AuthedStub: ...
-    async def alive_nodes(self, max_age: float = 1.0) -> list[Any]: ...
-    async def placement_group_info(self, pg_id: bytes) -> Any: ...
     def forget_placement_group(self, pg_id: bytes) -> None: ...
     async def fetch_status(self, object_id: bytes, entry: Entry) -> None: ...
     def _queue_release(self, release: Release) -> None: ...
+
+
+class RouteHost(Protocol):
+    """What the route lookup (``routes.py``) uses of the client."""
+
+    @property
+    def node_address(self) -> str: ...
+    async def alive_nodes(self, max_age: float = 1.0) -> list[Any]: ...
+    async def placement_group_info(self, pg_id: bytes) -> Any: ...
+
+
+class ThreadTasksHost(Protocol):
+    """What the thread I/O of tasks (``thread_tasks.py``) uses of the client."""
+
+    @property
+    def actor_submitter(self) -> ActorCalls: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
 
 class ActorSubmitterHost(Protocol):

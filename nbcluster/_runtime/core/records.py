@@ -122,3 +122,10 @@ class Lease:
         self.outbox: list[Any] = []
         self.writing = False
         self.idle_handle: Any = None
+        # Thread I/O (``thread_tasks.py``): a caller's thread reads the channel (the loop's
+        # reading is paused), how many threads wait reading it, when a thread last wrote or
+        # the channel went to the threads, a write a thread left half done to the loop.
+        self.thread_reads = False
+        self.readers = 0
+        self.last_direct = 0.0
+        self.handoff = False

@@ -11,7 +11,9 @@ machine :class:`~nbcluster._runtime.core.owner_state.OwnerState`; this module fe
 events (from the object table, RPC replies, worker streams, timers) and carries out the
 instructions it returns. Everything here runs on the I/O loop except
 :meth:`Submitter.submit`, :meth:`Submitter.check_capacity` and :meth:`Submitter.cancel`,
-which user threads call.
+which user threads call, and the thread I/O of ``thread_tasks.py``: a caller's thread may
+write its task and read its reply itself. Every event of the state machine and every write
+to a channel happens under :attr:`Submitter.lock` (shared with the actor submitter).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, Release
 from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.core.records import FAST_TASK_S, KeyQueue, Lease, TaskRecord
+from nbcluster._runtime.core.routes import resolve_route
+from nbcluster._runtime.core.task_args import locality, lost_argument, rebuildable
+from nbcluster._runtime.core.thread_tasks import ThreadTasks, fill_spec
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.task_events import record_crashed_attempt
@@ -60,6 +65,10 @@ class Submitter:
     def __init__(self, client: SubmitterHost) -> None:
         self.client = client
         config = client.config
+        #: Held around every event of :attr:`state` and every write to a lease's channel, by
+        #: the loop and by callers' threads (``thread_tasks.py``); the actor submitter shares
+        #: it (one lock: a reply one handles may complete work of the other). Reentrant.
+        self.lock = threading.RLock()
         self.state = OwnerState(
             max_depth=config.max_tasks_in_flight_per_worker,
             idle_timeout_s=config.lease_idle_timeout_s,
@@ -80,7 +89,8 @@ class Submitter:
         self.dead_nodes = self.node_watch.dead
         self.pending_report = PendingReporter(client)  # issue 17: list_tasks sees waiting tasks
         self.streams = StreamOpener(client)  # task channels (or gRPC streams) to workers
-        self._handlers: dict[type, Callable[[Any], None]] = {
+        self.thread_tasks = ThreadTasks(self)
+        self.handlers: dict[type, Callable[[Any], None]] = {
             ins.Send: self._do_send,
             ins.RequestLease: self._do_request_lease,
             ins.ResolveRoute: self._do_resolve_route,
@@ -126,10 +136,14 @@ class Submitter:
             raise exc.PendingTasksLimitExceeded(limit=cap)
 
     def submit(self, rec: TaskRecord) -> None:
-        """Queue a task built by the caller (thread-safe, batched wake-up of the loop)."""
-        with self._inbox_lock:
-            if not rec.actor:
+        """Queue a task built by the caller (thread-safe, batched wake-up of the loop), or
+        send it from this thread (``thread_tasks.py``)."""
+        if not rec.actor:
+            with self._inbox_lock:
                 self._open.add(rec.task_id)
+            if self.thread_tasks.send(rec):
+                return
+        with self._inbox_lock:
             self._inbox.append(rec)
             if self._inbox_scheduled:
                 return
@@ -142,29 +156,38 @@ class Submitter:
         self.client.loop.call_soon_threadsafe(self._cancel, task_id, force)
 
     # -- carrying out the state machine's instructions ------------------------------------------
+    def _event(self, event: Callable[..., list[Any]], *args: Any) -> None:
+        with self.lock:
+            self._do(event(*args))
+
+    def locked_do(self, out: list[Any]) -> None:
+        """Carry out ``out`` under the lock (instructions a caller's thread left to the loop)."""
+        with self.lock:
+            self._do(out)
+
+    def _ready(self, ready: list[TaskRecord]) -> None:
+        if self.thread_tasks.leases:  # (a worker that died idle is not given work)
+            self.thread_tasks.check_ends()
+        self._do(self.state.ready(ready))
+
     def _do(self, out: list[Any]) -> None:
-        handlers = self._handlers
+        handlers = self.handlers
         for instruction in out:
             handlers[type(instruction)](instruction)
 
     def _do_send(self, i: ins.Send) -> None:
         lease = i.lease
         for rec in i.records:
-            spec = rec.spec
-            spec.lease_id = lease.lease_id
-            del spec.gpu_ids[:]
-            spec.gpu_ids.extend(lease.gpu_ids)
-            if not spec.resources:  # get_runtime_context().get_assigned_resources()
-                spec.resources.update(lease.kq.resources)
-            lease.outbox.append(spec)
-        self._flush(lease)
+            fill_spec(rec.spec, lease)
+            lease.outbox.append(rec.spec)
+        self.flush(lease)
 
-    def _flush(self, lease: Lease) -> None:
+    def flush(self, lease: Lease) -> None:
         """Write the lease's outbox (once its stream is open): on a task channel with room,
         once the loop's current callback is done (tasks queued together leave in one
         frame); else from a writer task."""
-        if not lease.outbox or lease.writing or lease.call is None:
-            return
+        if not lease.outbox or lease.writing or lease.call is None or lease.handoff:
+            return  # (a handoff flushes when it is done)
         lease.writing = True
         self._dirty.append(lease)
         if not self._flush_scheduled:
@@ -172,15 +195,17 @@ class Submitter:
             self.client.loop.call_soon(self._flush_dirty)
 
     def _flush_dirty(self) -> None:
-        self._flush_scheduled = False
-        dirty, self._dirty = self._dirty, []
-        for lease in dirty:
-            self._write_now(lease)
+        with self.lock:
+            self._flush_scheduled = False
+            dirty, self._dirty = self._dirty, []
+            for lease in dirty:
+                self._write_now(lease)
 
     def _write_now(self, lease: Lease) -> None:
         lease.writing = False
-        if not lease.outbox or lease.call is None:
+        if not lease.outbox or lease.call is None or lease.handoff:
             return
+        self.thread_tasks.loop_reads(lease)  # replies of what goes out now come to the loop
         drain = False
         write_nowait = getattr(lease.call, "write_nowait", None)
         if write_nowait is not None and not lease.dead:
@@ -204,7 +229,7 @@ class Submitter:
                 await lease.call.write(pb.TaskBatch(tasks=batch))
         except Exception as err:  # noqa: BLE001 - the reader sees the same failure
             log.debug("write to worker failed: %r", err)
-            self._do(self.state.stream_broken(lease))
+            self._event(self.state.stream_broken, lease)
         finally:
             lease.writing = False
 
@@ -228,9 +253,9 @@ class Submitter:
         except RpcFailure as err:
             if not self.closed:
                 log.warning("lease request to %s failed: %s", address, err.code().name)
-            self._do(self.state.lease_request_failed(kq, rid))
+            self._event(self.state.lease_request_failed, kq, rid)
             return
-        self._do(self.state.lease_reply(kq, rid, address, spill, reply))
+        self._event(self.state.lease_reply, kq, rid, address, spill, reply)
 
     def _do_resolve_route(self, i: ins.ResolveRoute) -> None:
         self.client.loop.create_task(self._resolve_route(i.kq, i.request_id))
@@ -238,62 +263,16 @@ class Submitter:
     async def _resolve_route(self, kq: KeyQueue, rid: bytes) -> None:
         """Find the nodes a strategy that names them may use (SPREAD, node affinity,
         placement group); the state machine picks one."""
-        client = self.client
-        route = kq.route
-        assert route is not None
-        spill = False
         try:
-            if route[0] == "spread":
-                from nbcluster._runtime.scheduling.policy import fits
-
-                nodes = [n for n in await client.alive_nodes() if fits(kq.resources, n.total)]
-                addresses = [n.address for n in nodes] or [client.node_address]
-                spill = not nodes
-            elif route[0] == "node":
-                _, node_id, soft = route
-                nodes = [n for n in await client.alive_nodes() if n.node_id == node_id]
-                if not nodes:  # maybe it just joined: look again without the cache
-                    nodes = [n for n in await client.alive_nodes(max_age=0) if n.node_id == node_id]
-                if nodes:
-                    # Soft or hard, a busy node is waited for (as Ray does by default); a
-                    # soft request goes elsewhere only when that node cannot ever run it.
-                    addresses = [nodes[0].address]
-                    spill = False
-                elif soft:
-                    addresses, spill = [client.node_address], True
-                else:
-                    self._do(
-                        self.state.route_unschedulable(
-                            kq,
-                            rid,
-                            exc.TaskUnschedulableError(
-                                f"node {node_id.hex()} is dead or unknown and the node affinity "
-                                "is hard (soft=False); use soft=True to run elsewhere"
-                            ),
-                        )
-                    )
-                    return
-            else:  # placement group
-                _, pg_id, index = route
-                info = await client.placement_group_info(pg_id)
-                if info.state != pb.PlacementGroupInfo.CREATED:
-                    self._do(
-                        self.state.route_unschedulable(
-                            kq,
-                            rid,
-                            exc.TaskUnschedulableError("the task's placement group was removed"),
-                        )
-                    )
-                    return
-                addrs = list(info.bundle_node_addresses)
-                addresses = [addrs[index]] if index >= 0 else sorted(set(addrs))
-                # "Any bundle" may be redirected: only the group's nodes have its resources.
-                spill = index < 0
+            addresses, spill = await resolve_route(self.client, kq)
+        except exc.TaskUnschedulableError as err:
+            self._event(self.state.route_unschedulable, kq, rid, err)
+            return
         except RpcFailure as err:
             log.warning("could not route a lease request: %s", err.code().name)
-            self._do(self.state.route_unreachable(kq, rid))
+            self._event(self.state.route_unreachable, kq, rid)
             return
-        self._do(self.state.route_resolved(kq, rid, addresses, spill))
+        self._event(self.state.route_resolved, kq, rid, addresses, spill)
 
     def _do_cancel_request(self, i: ins.CancelLeaseRequest) -> None:
         self.client.loop.create_task(self._cancel_request(i.address, i.request_id))
@@ -312,30 +291,67 @@ class Submitter:
             call = await self.streams.open_lease(lease)
         except (TimeoutError, RpcFailure, OSError) as err:
             log.debug("could not open a stream to worker %s: %r", lease.worker_address, err)
-            self._do(self.state.stream_open_failed(lease))
+            self._event(self.state.stream_open_failed, lease)
             return
-        if lease.dead or lease.returned:  # given back meanwhile (shutdown, its node died)
-            call.cancel()
-            return
-        lease.call = call
-        self.client.loop.create_task(self._reader(lease))
-        self._flush(lease)
+        with self.lock:
+            if lease.dead or lease.returned:  # given back meanwhile (shutdown, node died)
+                call.cancel()
+                return
+            lease.call = call
+            if hasattr(call, "on_replies"):  # a task channel: replies handled as they arrive
+                call.on_replies(self._replies_handler(lease, call))
+            else:
+                self.client.loop.create_task(self._reader(lease))
+            self.flush(lease)
 
     async def _reader(self, lease: Lease) -> None:
+        """Replies read off a gRPC stream."""
         call = lease.call
         try:
             while True:
                 batch = await call.read()
                 if batch is None or batch is _EOF():
                     break
-                for record in batch.logs:
-                    self._on_log(record)
-                if batch.replies:
-                    self._do(self.state.replies(lease, batch.replies))
+                self.replies_read(lease, batch)
         except (asyncio.CancelledError, Exception) as err:  # noqa: BLE001
             log.debug("stream from worker ended: %r", err)
-        if not lease.returned:
-            self._do(self.state.stream_broken(lease))
+        self._stream_ended(lease)
+
+    def _replies_handler(self, lease: Lease, call: Any) -> Callable[[pb.ReplyBatch | None], None]:
+        """What a task channel calls with replies as they arrive (None: it ended)."""
+        ended = False
+
+        def on_replies(batch: pb.ReplyBatch | None) -> None:
+            nonlocal ended
+            if ended:
+                return
+            if batch is not None:
+                try:
+                    self.replies_read(lease, batch)
+                    return
+                except Exception as err:  # noqa: BLE001 - a broken stream, as in _reader
+                    log.debug("stream from worker ended: %r", err)
+            ended = True
+            call.cancel()
+            self._stream_ended(lease)
+
+        return on_replies
+
+    def replies_read(self, lease: Lease, batch: pb.ReplyBatch) -> None:
+        """Replies the loop read (or a reading thread left to it: output first)."""
+        with self.lock:
+            for record in batch.logs:
+                self._on_log(record)
+            if batch.replies:
+                self._do(self.state.replies(lease, batch.replies))
+            if not lease.inflight:
+                self.thread_tasks.to_threads(lease)
+
+    def _stream_ended(self, lease: Lease) -> None:
+        with self.lock:
+            self.thread_tasks.drop(lease)
+            if not lease.returned:
+                self._do(self.state.stream_broken(lease))
 
     def _on_log(self, record: pb.LogRecord, rec: TaskRecord | None = None) -> None:
         rec = rec if rec is not None else self.state.tasks.get(record.task_id)
@@ -347,6 +363,7 @@ class Submitter:
 
     def _do_return_lease(self, i: ins.ReturnLease) -> None:
         lease = i.lease
+        self.thread_tasks.drop(lease)
         if lease.call is not None:
             with contextlib.suppress(Exception):
                 lease.call.cancel()
@@ -369,7 +386,7 @@ class Submitter:
 
     def release_idle_leases(self) -> None:
         """Give back every idle lease now, not at its idle timer (loop thread)."""
-        self._do(self.state.release_idle())
+        self._event(self.state.release_idle)
 
     def holds_leases(self) -> bool:
         """True while this owner holds a worker lease, asks for one, or its node has not yet
@@ -387,7 +404,7 @@ class Submitter:
 
     def _idle_expired(self, lease: Lease, gen: int) -> None:
         lease.idle_handle = None
-        self._do(self.state.idle_expired(lease, gen))
+        self._event(self.state.idle_expired, lease, gen)
 
     def _do_stop_idle_timer(self, i: ins.StopIdleTimer) -> None:
         lease = i.lease
@@ -399,7 +416,7 @@ class Submitter:
         self.client.loop.call_later(i.delay, self._pump, i.kq)
 
     def _pump(self, kq: KeyQueue) -> None:
-        self._do(self.state.pump(kq))
+        self._event(self.state.pump, kq)
 
     def _do_warn_infeasible(self, i: ins.WarnInfeasible) -> None:
         log.info(i.text)
@@ -428,7 +445,7 @@ class Submitter:
             node_dead = True  # its node cannot say why: it died (Ray's NODE_DIED)
         if node_dead:
             detail = f"node {lease.node_address} died or cannot be reached"
-        self._do(self.state.crash_explained(lease, recs, detail, node_dead, started))
+        self._event(self.state.crash_explained, lease, recs, detail, node_dead, started)
 
     def _do_record_crashed_attempt(self, i: ins.RecordCrashedAttempt) -> None:
         # issue 17: the dead worker never reports this attempt; its owner does
@@ -474,16 +491,17 @@ class Submitter:
         ready: list[TaskRecord] = []
         now = time.monotonic()
         state = self.state
-        for rec in batch:
-            rec.submitted_at = now
-            state.add(rec)
-            if rec.actor:  # its place in the actor's queue is fixed now, in call order
-                self.client.actor_submitter.enqueue(rec)
-            self._resolve_deps(rec, ready)
-        if ready:
-            self._do(state.ready(ready))
-        self._flush_dirty()  # tasks and actor calls leave now, together
-        self.client.actor_submitter.flush_dirty()
+        with self.lock:
+            for rec in batch:
+                rec.submitted_at = now
+                state.add(rec)
+                if rec.actor:  # its place in the actor's queue is fixed now, in call order
+                    self.client.actor_submitter.enqueue(rec)
+                self._resolve_deps(rec, ready)
+            if ready:
+                self._ready(ready)
+            self._flush_dirty()  # tasks and actor calls leave now, together
+            self.client.actor_submitter.flush_dirty()
         self.pending_report.wake()
 
     def _resolve_deps(self, rec: TaskRecord, ready: list[TaskRecord]) -> None:
@@ -493,12 +511,12 @@ class Submitter:
             entry = table.get(oid)
             if entry is None and rec.lineage:  # rebuilding rec: a freed argument is made again
                 entry = self._rebuild_freed(rec, oid, ready)
-            if entry is not None and entry.owned and _rebuildable(entry.task):
+            if entry is not None and entry.owned and rebuildable(entry.task):
                 if rec.lineage is None:  # pin the lineage of arguments that can be rebuilt
                     rec.lineage = {}
                 rec.lineage[oid] = entry.task
             if entry is not None:  # a reply a caller's thread would read comes here now
-                self.client.actor_submitter.loop_reads_for(entry)
+                self.thread_tasks.loop_reads_for(entry)
             if entry is None or entry.state == READY:
                 continue
             pending += 1
@@ -522,18 +540,19 @@ class Submitter:
         deps = entry.dependents
         if not deps:
             return
-        entry.dependents = None
-        ready: list[TaskRecord] = []
-        for rec in deps:
-            rec.pending_deps -= 1
-            if rec.pending_deps == 0 and not rec.done:
-                self._resolve(rec, ready)
-        if ready:
-            self._do(self.state.ready(ready))
+        with self.lock:
+            entry.dependents = None
+            ready: list[TaskRecord] = []
+            for rec in deps:
+                rec.pending_deps -= 1
+                if rec.pending_deps == 0 and not rec.done:
+                    self._resolve(rec, ready)
+            if ready:
+                self._ready(ready)
 
     def add_async_waiter(self, entry: Entry, fut: asyncio.Future[None]) -> None:
         """Complete ``fut`` when ``entry`` becomes ready (loop thread)."""
-        self.client.actor_submitter.loop_reads_for(entry)
+        self.thread_tasks.loop_reads_for(entry)
         if entry.state == READY:
             fut.set_result(None)
             return
@@ -552,10 +571,10 @@ class Submitter:
             entry = table.get(oid)
             if entry is None:
                 freed = exc.ObjectFreedError(oid.hex(), "an argument was freed before the task ran")
-                self._fail(rec, _lost_argument(rec, freed))
+                self._fail(rec, lost_argument(rec, freed))
                 return
             if entry.exc is not None:
-                self._fail(rec, _lost_argument(rec, entry.exc))
+                self._fail(rec, lost_argument(rec, entry.exc))
                 return
             if entry.is_error:
                 self._fail_with_data(rec, entry.data, entry)
@@ -573,7 +592,7 @@ class Submitter:
             rec.resolved = True
             self.client.actor_submitter.ready(rec)
             return
-        rec.locality = _locality(spec, self.client.node_address)
+        rec.locality = locality(spec, self.client.node_address)
         ready.append(rec)
 
     # -- results -----------------------------------------------------------------------------
@@ -634,7 +653,8 @@ class Submitter:
         self._finish(rec, ready)
 
     def _finish(self, rec: TaskRecord, ready: list[Entry], replied: bool = False) -> None:
-        self.state.finish(rec)
+        with self.lock:
+            self.state.finish(rec)
         if self._open:
             with self._inbox_lock:
                 self._open.discard(rec.task_id)
@@ -652,10 +672,11 @@ class Submitter:
 
     # -- cancellation -------------------------------------------------------------------------
     def _cancel(self, task_id: bytes, force: bool) -> None:
-        rec = self.client.actor_submitter.sent_call(task_id)  # its caller's thread sent it?
-        if rec is not None and not rec.done and task_id not in self.state.tasks:
-            self.state.add(rec)
-        self._do(self.state.cancel(task_id, force))
+        with self.lock:
+            rec = self.client.actor_submitter.sent_call(task_id)  # a caller's thread sent it?
+            if rec is not None and not rec.done and task_id not in self.state.tasks:
+                self.state.add(rec)
+            self._do(self.state.cancel(task_id, force))
 
     # -- node failures -------------------------------------------------------------------------
     def ensure_node_watch(self, hold_s: float = 0.0) -> None:
@@ -666,6 +687,10 @@ class Submitter:
     def node_died(self, node_id: bytes, address: str, reason: str) -> None:
         """A node is gone: its leases failed; objects that lived only there are lost."""
         log.warning("node %s died: %s", node_id.hex()[:8], reason)
+        with self.lock:
+            self._node_died(node_id, address, reason)
+
+    def _node_died(self, node_id: bytes, address: str, reason: str) -> None:
         self._do(self.state.node_died(node_id, address))
         table = self.client.table
         resubmit: dict[bytes, TaskRecord] = {}
@@ -707,7 +732,7 @@ class Submitter:
         for rec in resubmit.values():
             self._rerun(rec, ready)
         if ready:
-            self._do(self.state.ready(ready))
+            self._ready(ready)
 
     def _rerun(self, rec: TaskRecord, ready: list[TaskRecord]) -> None:
         """Lineage reconstruction: run the task that made lost objects again (one retry)."""
@@ -749,42 +774,9 @@ class Submitter:
 
     def shutdown(self) -> None:
         """Stop: return leases, fail nothing (the process is going away)."""
-        self._do(self.state.close())
-
-
-def _rebuildable(maker: Any) -> bool:
-    """A task whose outputs lineage reconstruction can make again (a plain task, retries left)."""
-    return (
-        isinstance(maker, TaskRecord)
-        and not maker.actor
-        and maker.generator is None
-        and maker.retries_left != 0
-    )
-
-
-def _lost_argument(rec: TaskRecord, error: BaseException) -> BaseException:
-    """The error of a task whose argument cannot be read. As in Ray, a lost argument
-    (``ObjectLostError`` or a subclass) fails the task with a ``TaskError`` whose ``cause``
-    is the loss; other errors (a cancelled or failed upstream task) pass on unchanged."""
-    if not isinstance(error, exc.ObjectLostError):
-        return error
-    text = f"an argument of {rec.name} cannot be read:\n{type(error).__name__}: {error}"
-    return exc.TaskError(rec.name, text, error, task_id=rec.task_id.hex())
-
-
-LOCALITY_MIN_BYTES = 1 << 20
-
-
-def _locality(spec: pb.TaskSpec, local: str) -> str:
-    """The node holding the most argument bytes, when that is worth a detour (else '')."""
-    by_node: dict[str, int] = {}
-    for loc in spec.resolved_args:
-        if loc.in_store and loc.node_address:
-            by_node[loc.node_address] = by_node.get(loc.node_address, 0) + loc.size
-    if not by_node:
-        return ""
-    best, size = max(by_node.items(), key=lambda kv: kv[1])
-    return best if size >= LOCALITY_MIN_BYTES and best != local else ""
+        with self.lock:
+            self.thread_tasks.shutdown()
+            self._do(self.state.close())
 
 
 def _EOF() -> Any:
