@@ -95,6 +95,7 @@ def test_a_task_nobody_waits_for_still_completes(shared_cluster: object) -> None
     ref = echo.remote("alone")
     assert _io().sent_direct == sent + 1
     entry = _client().table.entries[ref.binary()]
+    assert entry.task.spec.poll_after  # its worker polls for this thread's next task
     poll_for(lambda: entry.state == 1, timeout=10, message="the reply was never read")
     assert nbcluster.get(ref, timeout=10) == "alone"
 
@@ -297,6 +298,8 @@ def test_bursts_and_single_tasks_mix(shared_cluster: object) -> None:
     for round_ in range(5):
         refs = [echo.remote(i) for i in range(50)]
         assert nbcluster.get(refs, timeout=60) == list(range(50))
+        entries = _client().table.entries
+        assert not all(entries[r.binary()].task.spec.poll_after for r in refs)  # the loop's
         for i in range(20):
             assert nbcluster.get(echo.remote((round_, i)), timeout=30) == (round_, i)
 

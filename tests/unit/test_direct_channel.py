@@ -267,3 +267,33 @@ def test_an_owner_that_hung_up_is_seen_without_reading_its_calls() -> None:
     ours.close()  # then it died
     assert hung_up(stream)
     theirs.close()
+
+
+def test_a_task_its_owners_thread_wrote_asks_for_a_poll_after_it() -> None:
+    """``TaskSpec.poll_after`` (set by the owner's thread writes, core/thread_tasks.py):
+    after running such a task the main thread polls for the next before it sleeps; after
+    tasks the owner's loop sent it does not (``run`` polls for every actor call)."""
+    ran: list[bytes] = []
+    direct = DirectLoop(
+        max_frame=MAX_FRAME,
+        loop=None,
+        run_call=lambda spec, stream: ran.append(spec.task_id),
+        drain_queue=lambda: True,
+        register=lambda spec, stream: None,
+        idle_after=lambda: None,
+        idle=lambda: None,
+    )
+    caller, worker = socket.socketpair()
+    stream = DirectStream(worker, MAX_FRAME, None, lease="ab")
+    try:
+        caller.sendall(frame(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"1111", poll_after=True)])))
+        assert direct._on_readable(stream) is True
+        caller.sendall(frame(specs(2)))
+        assert direct._on_readable(stream) is False
+        last_from_loop = [pb.TaskSpec(task_id=b"3333", poll_after=True), pb.TaskSpec(task_id=b"4")]
+        caller.sendall(frame(pb.TaskBatch(tasks=last_from_loop)))
+        assert direct._on_readable(stream) is False
+        assert ran == [b"1111", bytes([2]) * 4, b"3333", b"4"]
+    finally:
+        caller.close()
+        direct.close()

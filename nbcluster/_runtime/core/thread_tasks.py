@@ -56,6 +56,7 @@ THREAD_READ_IDLE_S = 0.5
 def fill_spec(spec: Any, lease: Lease) -> None:
     """What a task's spec learns from the lease it goes to (every path that sends one)."""
     spec.lease_id = lease.lease_id
+    spec.poll_after = False  # (set by thread writes alone: a retry from the loop is not one)
     del spec.gpu_ids[:]
     spec.gpu_ids.extend(lease.gpu_ids)
     if not spec.resources:  # get_runtime_context().get_assigned_resources()
@@ -130,6 +131,7 @@ class ThreadTasks:
         rec.locality = ""
         spec = rec.spec
         fill_spec(spec, lease)
+        spec.poll_after = True  # this thread's next task may follow soon: the worker polls
         frame = batch_frame(spec.SerializeToString())
         call = lease.call
         sent = call.send_from_thread(frame)

@@ -263,9 +263,9 @@ class DirectLoop:
     # -- main thread ---------------------------------------------------------------------------
     def run(self) -> None:
         """Serve until ``drain_queue`` says stop. After answering calls it polls without
-        sleeping for ``SPIN_S`` (an actor's calls only): a caller's next call that comes
-        within it costs neither side a wake-up (see ``core/actor_submitter.py``,
-        ``THREAD_READ_SPIN_S``)."""
+        sleeping for ``SPIN_S`` (an actor's calls, a task its owner's thread wrote): a
+        caller's next call that comes within it costs neither side a wake-up (see
+        ``core/thread_reads.py``, ``THREAD_READ_SPIN_S``)."""
         look = self._selector.select
         clock = time.perf_counter
         answered = False
@@ -286,11 +286,12 @@ class DirectLoop:
                     if not self._on_wake():
                         return
                 else:
-                    self._on_readable(key.data)
                     # An actor's caller writes its next call itself (no loop between): it
-                    # may come within the poll. A task's owner sends from its I/O loop,
-                    # later than that: polling would only take the CPU from it.
-                    answered = not key.data.lease
+                    # may come within the poll; so may a task's, when its owner's thread
+                    # wrote it (``poll_after``: core/thread_tasks.py). A task its owner's
+                    # I/O loop sent is followed later than that: polling would only take
+                    # the CPU the owner's loop needs.
+                    answered = self._on_readable(key.data) or not key.data.lease
             if self._lent:
                 self.take_back()  # a thread of a finished task still blocks: read again
 
@@ -305,7 +306,9 @@ class DirectLoop:
             self._streams.add(stream)
         return self._drain_queue()
 
-    def _on_readable(self, stream: DirectStream) -> None:
+    def _on_readable(self, stream: DirectStream) -> bool:
+        """Run the calls that came on ``stream``; True when the last asks for a poll
+        after it (``TaskSpec.poll_after``)."""
         try:
             data = stream.sock.recv(_READ_SIZE)
         except OSError:
@@ -313,7 +316,7 @@ class DirectLoop:
         batches = stream.feed(data) if data else None
         if batches is None:
             self._drop(stream)
-            return
+            return False
         injector = faults.current()  # testing only (F13): None in production
         calls: list[pb.TaskSpec] = []
         for batch in batches:
@@ -345,6 +348,8 @@ class DirectLoop:
         stream.flush()
         if stream.cut or not stream.open:
             self._drop(stream)
+            return False
+        return bool(calls) and calls[-1].poll_after
 
     def _drop(self, stream: DirectStream) -> None:
         with contextlib.suppress(KeyError, ValueError):

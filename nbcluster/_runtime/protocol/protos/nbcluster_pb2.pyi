@@ -830,7 +830,7 @@ class ObjectLocation(_message.Message):
     def __init__(self, object_id: _Optional[bytes] = ..., data: _Optional[bytes] = ..., in_store: _Optional[bool] = ..., size: _Optional[int] = ..., node_id: _Optional[bytes] = ..., node_address: _Optional[str] = ..., owner_address: _Optional[str] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async", "capture_pg", "runtime_env", "resources", "concurrency_groups", "concurrency_group", "disable_task_events")
+    __slots__ = ("task_id", "job_id", "function_id", "function_name", "args", "resolved_args", "num_returns", "owner_address", "attempt", "retry_exceptions", "max_calls", "gpu_ids", "parent_task_id", "lease_id", "namespace", "actor_id", "actor_creation", "sequence", "max_concurrency", "is_async", "capture_pg", "runtime_env", "resources", "concurrency_groups", "concurrency_group", "disable_task_events", "poll_after")
     class ResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -871,6 +871,7 @@ class TaskSpec(_message.Message):
     CONCURRENCY_GROUPS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_GROUP_FIELD_NUMBER: _ClassVar[int]
     DISABLE_TASK_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    POLL_AFTER_FIELD_NUMBER: _ClassVar[int]
     task_id: bytes
     job_id: bytes
     function_id: bytes
@@ -897,7 +898,8 @@ class TaskSpec(_message.Message):
     concurrency_groups: _containers.ScalarMap[str, int]
     concurrency_group: str
     disable_task_events: bool
-    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ..., capture_pg: _Optional[bytes] = ..., runtime_env: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., concurrency_groups: _Optional[_Mapping[str, int]] = ..., concurrency_group: _Optional[str] = ..., disable_task_events: _Optional[bool] = ...) -> None: ...
+    poll_after: bool
+    def __init__(self, task_id: _Optional[bytes] = ..., job_id: _Optional[bytes] = ..., function_id: _Optional[bytes] = ..., function_name: _Optional[str] = ..., args: _Optional[bytes] = ..., resolved_args: _Optional[_Iterable[_Union[ObjectLocation, _Mapping]]] = ..., num_returns: _Optional[int] = ..., owner_address: _Optional[str] = ..., attempt: _Optional[int] = ..., retry_exceptions: _Optional[bytes] = ..., max_calls: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., parent_task_id: _Optional[bytes] = ..., lease_id: _Optional[bytes] = ..., namespace: _Optional[str] = ..., actor_id: _Optional[bytes] = ..., actor_creation: _Optional[bool] = ..., sequence: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., is_async: _Optional[bool] = ..., capture_pg: _Optional[bytes] = ..., runtime_env: _Optional[str] = ..., resources: _Optional[_Mapping[str, float]] = ..., concurrency_groups: _Optional[_Mapping[str, int]] = ..., concurrency_group: _Optional[str] = ..., disable_task_events: _Optional[bool] = ..., poll_after: _Optional[bool] = ...) -> None: ...
 
 class TaskReply(_message.Message):
     __slots__ = ("task_id", "attempt", "returns", "is_error", "retryable", "worker_exiting", "start_time", "end_time", "cancelled", "worker_id", "worker_pid", "requeued", "node_id")
