@@ -56,7 +56,7 @@ from nbcluster._runtime.core.actor_state import (
     ActorCallState,
     ActorConn,
 )
-from nbcluster._runtime.core.channel import batch_frame
+from nbcluster._runtime.core.channel import batch_frame, reply_handler
 from nbcluster._runtime.core.thread_reads import read_until
 from nbcluster._runtime.protocol.errors import (
     Peer,
@@ -342,7 +342,13 @@ class ActorSubmitter:
                 return
             conn.call = call
             if hasattr(call, "on_replies"):  # a task channel: replies handled as they arrive
-                call.on_replies(self._replies_handler(conn, call, stream))
+                call.on_replies(
+                    reply_handler(
+                        call,
+                        lambda batch: self._replies(conn, stream, batch),
+                        lambda: self._stream_ended(conn, call, stream),
+                    )
+                )
             else:
                 self.client.loop.create_task(self._reader(conn, call, stream))
             self._flush(conn)
@@ -451,28 +457,6 @@ class ActorSubmitter:
         except (asyncio.CancelledError, Exception) as err:  # noqa: BLE001
             log.debug("actor stream ended: %r", err)
         self._stream_ended(conn, call, stream)
-
-    def _replies_handler(
-        self, conn: ActorConn, call: Any, stream: int
-    ) -> Callable[[pb.ReplyBatch | None], None]:
-        """What a task channel calls with replies as they arrive (None: it ended)."""
-        ended = False
-
-        def on_replies(batch: pb.ReplyBatch | None) -> None:
-            nonlocal ended
-            if ended:
-                return
-            if batch is not None:
-                try:
-                    self._replies(conn, stream, batch)
-                    return
-                except Exception as err:  # noqa: BLE001 - a broken stream, as in _reader
-                    log.debug("actor stream ended: %r", err)
-            ended = True
-            call.cancel()
-            self._stream_ended(conn, call, stream)
-
-        return on_replies
 
     def _replies(self, conn: ActorConn, stream: int, batch: pb.ReplyBatch) -> None:
         """Replies the loop read (or a reading thread left to it: output first)."""

@@ -53,6 +53,7 @@ __all__ = [
     "TaskChannel",
     "batch_frame",
     "connect",
+    "reply_handler",
     "local_name",
 ]
 
@@ -526,6 +527,33 @@ class TaskChannel:
             self._transport.close()
         if self._sock is not None:
             self._sock.close()
+
+
+def reply_handler(
+    call: TaskChannel,
+    handle: Callable[[pb.ReplyBatch], None],
+    ended: Callable[[], None],
+) -> Callable[[pb.ReplyBatch | None], None]:
+    """A callback for :meth:`TaskChannel.on_replies`: ``handle`` each batch of replies; at
+    the channel's end, or when ``handle`` raises (the stream is broken), close the channel
+    and call ``ended``, once."""
+    done = False
+
+    def on_replies(batch: pb.ReplyBatch | None) -> None:
+        nonlocal done
+        if done:
+            return
+        if batch is not None:
+            try:
+                handle(batch)
+                return
+            except Exception as err:  # noqa: BLE001 - a broken stream
+                log.debug("task channel ended: %r", err)
+        done = True
+        call.cancel()
+        ended()
+
+    return on_replies
 
 
 async def connect(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.core import instructions as ins
-from nbcluster._runtime.core.channel import StreamOpener
+from nbcluster._runtime.core.channel import StreamOpener, reply_handler
 from nbcluster._runtime.core.node_watch import NodeWatch
 from nbcluster._runtime.core.owner_state import MAX_LEASE_REQUESTS, OwnerState
 from nbcluster._runtime.core.ownership import PENDING, READY, Entry, Release
@@ -299,7 +299,13 @@ class Submitter:
                 return
             lease.call = call
             if hasattr(call, "on_replies"):  # a task channel: replies handled as they arrive
-                call.on_replies(self._replies_handler(lease, call))
+                call.on_replies(
+                    reply_handler(
+                        call,
+                        lambda batch: self.replies_read(lease, batch),
+                        lambda: self._stream_ended(lease),
+                    )
+                )
             else:
                 self.client.loop.create_task(self._reader(lease))
             self.flush(lease)
@@ -316,26 +322,6 @@ class Submitter:
         except (asyncio.CancelledError, Exception) as err:  # noqa: BLE001
             log.debug("stream from worker ended: %r", err)
         self._stream_ended(lease)
-
-    def _replies_handler(self, lease: Lease, call: Any) -> Callable[[pb.ReplyBatch | None], None]:
-        """What a task channel calls with replies as they arrive (None: it ended)."""
-        ended = False
-
-        def on_replies(batch: pb.ReplyBatch | None) -> None:
-            nonlocal ended
-            if ended:
-                return
-            if batch is not None:
-                try:
-                    self.replies_read(lease, batch)
-                    return
-                except Exception as err:  # noqa: BLE001 - a broken stream, as in _reader
-                    log.debug("stream from worker ended: %r", err)
-            ended = True
-            call.cancel()
-            self._stream_ended(lease)
-
-        return on_replies
 
     def replies_read(self, lease: Lease, batch: pb.ReplyBatch) -> None:
         """Replies the loop read (or a reading thread left to it: output first)."""
