@@ -39,6 +39,8 @@ __all__ = ["TrainWorker", "WorkerSetup"]
 MAX_HELD_CHARS = 256 * 1024
 #: Lines per second a rank sends to the driver; the rest are folded into a count.
 OUTPUT_LINES_PER_S = 100
+#: How long an unfinished line (no newline yet) waits for its end before it goes out alone.
+PARTIAL_LINE_S = 0.5
 
 Chunk = tuple[str, str]  # (stream name, text)
 
@@ -53,6 +55,12 @@ class _OutputGate:
     :data:`OUTPUT_LINES_PER_S` lines a second go to the driver and at most
     :data:`MAX_HELD_CHARS` wait for it; the rest are counted and reported as folded.
     Every line is also written to the worker's own log (its original stream).
+
+    A line goes out whole: ``print`` writes a line's text and its newline in two calls,
+    and a poll between them must not send the text alone (the driver would print another
+    rank's lines after it, on the same line). The unfinished end of a stream's output
+    waits for its newline, for the function's end (``take(final=True)``, which ends it
+    with one), or :data:`PARTIAL_LINE_S` (a progress line printed without one).
     """
 
     def __init__(self) -> None:
@@ -66,6 +74,8 @@ class _OutputGate:
         self.window_lines = 0
         self.last_stream = "stdout"
         self.at_line_start = True
+        #: Per stream, when its output stopped being at a line's start (absent: it is).
+        self.partial_since: dict[str, float] = {}
 
     def write(self, stream: str, text: str, log: Any = None) -> None:
         """Hold ``text`` (prefixed lines) for the driver, within the rate limit."""
@@ -87,11 +97,17 @@ class _OutputGate:
             self.held_chars += len(text)
             self.last_stream = stream
             self.at_line_start = text.endswith("\n")
+            if self.at_line_start:
+                self.partial_since.pop(stream, None)
+            else:
+                self.partial_since.setdefault(stream, now)
 
-    def take(self) -> list[Chunk]:
-        """Everything held (oldest first), with a note of what was folded."""
+    def take(self, final: bool = False) -> list[Chunk]:
+        """What is held (oldest first), with a note of what was folded: whole lines, and
+        an unfinished one only if ``final`` (the function has ended) or it is old."""
         with self.lock:
-            held, self.held, self.held_chars = self.held, [], 0
+            held, self.held = self._whole_lines(final)
+            self.held_chars = sum(len(text) for _, text in self.held)
             dropped = self.dropped or int(self.dropped_partial)
             if dropped:
                 start = "" if self.at_line_start else "\n"
@@ -105,6 +121,43 @@ class _OutputGate:
                 self.dropped, self.dropped_partial = 0, False
                 self.at_line_start = True
         return held
+
+    def _whole_lines(self, final: bool) -> tuple[list[Chunk], list[Chunk]]:
+        """Split ``held`` into what goes out now and the unfinished ends of streams that
+        wait for their newline. Called with the lock held."""
+        held = list(self.held)
+        kept: list[Chunk] = []
+        now = time.monotonic()
+        for stream, since in list(self.partial_since.items()):
+            last = max((i for i, (s, _) in enumerate(held) if s == stream), default=None)
+            if last is None:
+                continue
+            if final:
+                held[last] = (stream, held[last][1] + "\n")  # end the last line
+                del self.partial_since[stream]
+                self.at_line_start = True
+                continue
+            if now - since >= PARTIAL_LINE_S:
+                continue  # old: out as it is (its end will follow unprefixed)
+            # Keep the stream's text after its last newline, which may span chunks.
+            keep: list[str] = []
+            for i in range(last, -1, -1):
+                s, text = held[i]
+                if s != stream:
+                    continue
+                cut = text.rfind("\n") + 1
+                keep.append(text[cut:])
+                held[i] = (s, text[:cut])
+                if cut:
+                    break
+            kept.append((stream, "".join(reversed(keep))))
+        out: list[Chunk] = []
+        for stream, text in held:  # one chunk per run of a stream's text
+            if out and out[-1][0] == stream:
+                out[-1] = (stream, out[-1][1] + text)
+            elif text:
+                out.append((stream, text))
+        return out, kept
 
 
 class _FdLog:
@@ -372,7 +425,9 @@ class TrainWorker:
         if outbox is None:
             raise RuntimeError("no training function was started on this worker")
         events = outbox.take(ack, timeout)
-        return events, self._gate.take()
+        # The function has printed all it will once its end is among the events.
+        ended = any(event[0] != "report" for _, event in events)
+        return events, self._gate.take(final=ended)
 
     def stop(self) -> bool:
         """Ask the training function to stop at its next report; True if it still runs."""

@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 import nbcluster
 from nbcluster.state import local_cluster
-from nbcluster.testing import poll_for
+from nbcluster.testing import pid_alive, poll_for
 from nbcluster.util import NodeAffinitySchedulingStrategy as NA
 
 
@@ -43,13 +42,6 @@ def _named(name: str) -> object:
         return nbcluster.get_actor(name)
     except ValueError:
         return None
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_deaths_during_a_head_outage_are_acted_on_after_the_restart(
@@ -106,7 +98,7 @@ def test_deaths_during_a_head_outage_are_acted_on_after_the_restart(
     node_pid = _node_pid(other)
     for pid in (node_pid, actor_pid, owner_pid):
         os.kill(pid, signal.SIGKILL)
-    poll_for(lambda: all(_gone(p) for p in (node_pid, actor_pid, owner_pid)), timeout=10)
+    poll_for(lambda: not any(pid_alive(p) for p in (node_pid, actor_pid, owner_pid)), timeout=10)
     node_log = Path(lc.session_dir) / "logs" / f"node-{me[:8]}.log"
     poll_for(  # the surviving node tried to report the deaths and failed
         lambda: node_log.exists() and "did not take" in node_log.read_text(),

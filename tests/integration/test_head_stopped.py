@@ -22,7 +22,7 @@ import pytest
 
 import nbcluster
 from nbcluster.state import local_cluster
-from nbcluster.testing import poll_for
+from nbcluster.testing import pid_alive, poll_for
 
 GRACE_S = 3
 HANG_S = 30  # far above the grace period, far below the RPC timeouts a hang would wait for
@@ -157,8 +157,6 @@ def test_an_actor_dropped_while_the_head_is_stopped_still_ends(
     # head cannot take in time (stopped here for twice the grace period; in CI, 500 of
     # them at once on a loaded head) is asked again until the head takes it: once given
     # up, the actor's process would run until the cluster stops.
-    import psutil
-
     monkeypatch.setenv("NBCLUSTER_HEAD_GRACE_PERIOD_S", str(GRACE_S))
     cluster(num_cpus=2)
 
@@ -177,10 +175,9 @@ def test_an_actor_dropped_while_the_head_is_stopped_still_ends(
     finally:
         os.kill(head.pid, signal.SIGCONT)
 
-    def ended() -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    poll_for(ended, timeout=30, interval=0.1, message=f"the dropped actor (pid {pid}) still runs")
+    poll_for(
+        lambda: not pid_alive(pid),
+        timeout=30,
+        interval=0.1,
+        message=f"the dropped actor (pid {pid}) still runs",
+    )

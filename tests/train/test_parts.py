@@ -254,15 +254,46 @@ def test_worker_output_is_prefixed_by_rank_and_held_for_the_next_poll():
     err = _RankStream("stderr", log, gate)
     out.write("held line\npart")
     err.write("oops\n")
-    assert gate.take() == [
-        ("stdout", "[rank 1] held line\n[rank 1] part"),
+    assert gate.take() == [  # the unfinished line waits for its end
+        ("stdout", "[rank 1] held line\n"),
         ("stderr", "[rank 1] oops\n"),
     ]
     out.write("ial\nnext\n")
-    assert gate.take() == [("stdout", "ial\n[rank 1] next\n")]
+    assert gate.take() == [("stdout", "[rank 1] partial\n[rank 1] next\n")]
     assert gate.take() == []
     log.seek(0)  # the worker's log has everything, in order
     assert log.read() == "[rank 1] held line\n[rank 1] part[rank 1] oops\nial\n[rank 1] next\n"
+
+
+def test_a_poll_between_a_prints_text_and_its_newline_sends_the_line_whole():
+    # print() writes the text, then the newline: a poll between them must not send the
+    # text alone, or the driver prints another rank's line after it on the same line.
+    gate = _OutputGate()
+    gate.rank = 1
+    stream = _RankStream("stdout", None, gate)
+    stream.write("hello 1")
+    stream.write(" from")
+    assert gate.take() == []
+    stream.write(" rank 1")
+    stream.write("\n")
+    assert gate.take() == [("stdout", "[rank 1] hello 1 from rank 1\n")]
+    assert gate.held == [] and gate.held_chars == 0
+
+
+def test_an_unfinished_line_goes_out_when_the_function_ends_or_it_is_old(monkeypatch):
+    from nbcluster.train import _worker
+
+    gate = _OutputGate()
+    stream = _RankStream("stderr", None, gate)
+    stream.write("last words")
+    assert gate.take() == []
+    assert gate.take(final=True) == [("stderr", "[rank 0] last words\n")]  # ended
+    monkeypatch.setattr(_worker, "PARTIAL_LINE_S", 0.0)
+    stream = _RankStream("stderr", None, gate)  # the next function's
+    stream.write("progress 10%")
+    assert gate.take() == [("stderr", "[rank 0] progress 10%")]  # waited long enough
+    stream.write(" 20%\n")
+    assert gate.take() == [("stderr", " 20%\n")]
 
 
 def test_worker_output_beyond_the_rate_limit_is_folded_into_a_count(monkeypatch):
