@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,38 @@ def test_the_owner_sees_the_end_when_the_worker_goes_away() -> None:
         assert await asyncio.wait_for(ch.read(), 10) is None
 
     _run(main())
+
+
+def test_an_owner_that_resets_right_after_its_hello_is_dropped_quietly() -> None:
+    # The hello and the reset arrive together: the worker's end reads the hello, its
+    # transport closes, then it answers. uvloop raises RuntimeError on a write to a closed
+    # transport (asyncio's loop only logs); the handler must end quietly, not leave an
+    # "Unhandled exception in client_connected_cb", and the server serves on.
+    uvloop = pytest.importorskip("uvloop")
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        worker = Worker()
+        server = await _server(worker, local=False)
+        host, port = server.address.rsplit(":", 1)
+        hello = channel._HELLO.encode(TOKEN, bytes([2]) + b"ab")
+        for _ in range(10):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(hello)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset, right behind the hello
+        await asyncio.sleep(0.3)
+        ch = await channel.connect(server.address, TOKEN, max_frame=LIMIT, local=False)
+        await ch.write(pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"1")]))
+        batch = await asyncio.wait_for(ch.read(), 10)
+        assert batch is not None and [r.task_id for r in batch.replies] == [b"1"]
+        ch.cancel()
+        await server.close()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(asyncio.wait_for(main(), 30))
+    assert errors == []
 
 
 @pytest.fixture(scope="module")

@@ -203,6 +203,8 @@ class ChannelServer:
                 with contextlib.suppress(Exception):
                     writer.write(bytes([REFUSED]))
                 return
+            if writer.is_closing():
+                return  # the owner hung up behind its hello (uvloop raises on a write)
             _nodelay(writer)
             # The worker's main thread may take the socket (a task lease's, or a plain sync
             # actor's: worker/direct.py); the hello is answered on it once it is theirs.
@@ -215,6 +217,8 @@ class ChannelServer:
             replies = self._serve(_frames(reader, self._max_frame, pb.TaskBatch), lease_hex)  # type: ignore[arg-type]
             try:
                 async for batch in replies:
+                    if writer.is_closing():
+                        break  # the owner hung up: nobody reads the rest
                     data = batch.SerializeToString()
                     writer.write(pack(len(data)) + data)
                     await writer.drain()
@@ -223,6 +227,8 @@ class ChannelServer:
                     await replies.aclose()  # type: ignore[attr-defined]
         except (ConnectionError, ssl.SSLError) as err:
             log.debug("task channel ended: %r", err)
+        except asyncio.CancelledError:
+            pass  # close(): ends quietly (a cancelled handler is logged as an error by 3.11)
         finally:
             if task is not None:
                 self._handlers.discard(task)
