@@ -216,9 +216,7 @@ def test_cancel_ends_a_reading_wait(shared_cluster: object) -> None:
         ref = slow.remote(60, "never")
         threading.Timer(0.3, nbcluster.cancel, args=(ref,), kwargs={"force": force}).start()
         t = time.monotonic()
-        with pytest.raises(
-            (nbcluster.exceptions.TaskCancelledError, nbcluster.exceptions.WorkerCrashedError)
-        ):
+        with pytest.raises(nbcluster.exceptions.TaskCancelledError):  # as Ray: even forced
             nbcluster.get(ref, timeout=30)
         assert time.monotonic() - t < 20
         assert nbcluster.get(echo.remote(force), timeout=30) is force
