@@ -265,6 +265,33 @@ def test_ctrl_c_inside_a_reply_is_held_until_it_is_handled(
         assert nbcluster.get(echo.remote(i), timeout=30) == i
 
 
+def test_a_frame_the_socket_takes_in_part_is_finished_by_the_loop(
+    shared_cluster: object, monkeypatch
+) -> None:
+    """When the socket takes only part of a thread-written frame (as when it is full), the
+    loop writes the rest, and tasks made meanwhile go out after it: every frame whole."""
+    from nbcluster._runtime.core.channel import TaskChannel
+
+    _warm()
+    io = _io()
+    real = TaskChannel.send_from_thread
+
+    def half(self: TaskChannel, frame: bytes) -> int:  # the socket took only half of it
+        return real(self, frame[: len(frame) // 2])
+
+    monkeypatch.setattr(TaskChannel, "send_from_thread", half)
+    before, sent = io.handoffs, io.sent_direct
+    blob = b"x" * (60 * 1024)
+    for i in range(10):
+        assert nbcluster.get(echo.remote(blob), timeout=30) == blob  # alone: cut in two
+        refs = [echo.remote(blob if j % 2 else (i, j)) for j in range(10)]  # behind it
+        assert nbcluster.get(refs, timeout=30) == [blob if j % 2 else (i, j) for j in range(10)]
+    assert io.handoffs - before >= 5 and io.sent_direct - sent >= 5
+    monkeypatch.undo()
+    for i in range(20):  # the lease and its channel serve on
+        assert nbcluster.get(echo.remote(i), timeout=30) == i
+
+
 def test_many_threads_submitting_and_reading_at_once(shared_cluster: object) -> None:
     """Threads race for the idle leases (one writes, the others go the loop's way) and for
     the channels: every task runs once and every result is right."""
