@@ -21,7 +21,7 @@ import pytest
 
 import nbcluster
 from nbcluster._runtime import client_slot
-from nbcluster._runtime.core import actor_submitter as actor_submitter_mod
+from nbcluster._runtime.core import thread_reads
 from nbcluster.testing import poll_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -213,7 +213,7 @@ def test_ctrl_c_inside_a_reply_is_held_until_it_is_handled(
     monkeypatch.setattr(sub, "_read_replies", interrupted_read)
     # The loop must not take the channel back before this thread reads (a loaded machine
     # can hold the thread longer than the 20 ms the loop gives it).
-    monkeypatch.setattr(actor_submitter_mod, "THREAD_READ_WATCH_S", 5.0)
+    monkeypatch.setattr(thread_reads, "THREAD_READ_WATCH_S", 5.0)
     ref = echo.slow.remote(0.2, "whole")
     with pytest.raises(KeyboardInterrupt):
         nbcluster.get(ref, timeout=30)
@@ -241,12 +241,12 @@ def test_bursts_and_single_calls_mix(shared_cluster: object) -> None:
 def test_the_watch_stops_when_channels_go_back(shared_cluster: object, monkeypatch) -> None:
     """An idle channel goes back to the loop after THREAD_READ_IDLE_S, and with none left
     the loop's check stops (no wake-ups of an idle driver)."""
-    monkeypatch.setattr(actor_submitter_mod, "THREAD_READ_IDLE_S", 0.1)
+    monkeypatch.setattr(thread_reads, "THREAD_READ_IDLE_S", 0.1)
     echo = Echo.remote()
     _warm(echo)
     sub = _client().actor_submitter
     poll_for(lambda: not _conn(echo).thread_reads, timeout=10)
-    poll_for(lambda: sub._watch_handle is None, timeout=10)
+    poll_for(lambda: not sub.channels.watching, timeout=10)
     assert nbcluster.get(echo.ping.remote("again"), timeout=30) == "again"
 
 

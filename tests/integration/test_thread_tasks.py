@@ -23,7 +23,7 @@ import pytest
 
 import nbcluster
 from nbcluster._runtime import client_slot
-from nbcluster._runtime.core import thread_tasks as thread_tasks_mod
+from nbcluster._runtime.core import thread_reads
 from nbcluster.testing import poll_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -253,7 +253,7 @@ def test_ctrl_c_inside_a_reply_is_held_until_it_is_handled(
         real(lease, call)
 
     monkeypatch.setattr(io, "_read", interrupted_read)
-    monkeypatch.setattr(thread_tasks_mod, "THREAD_READ_WATCH_S", 5.0)
+    monkeypatch.setattr(thread_reads, "THREAD_READ_WATCH_S", 5.0)
     ref = slow.remote(0.2, "whole")
     with pytest.raises(KeyboardInterrupt):
         nbcluster.get(ref, timeout=30)
@@ -332,13 +332,13 @@ def test_bursts_and_single_tasks_mix(shared_cluster: object) -> None:
 def test_idle_leases_go_back_and_the_watch_stops(shared_cluster: object, monkeypatch) -> None:
     """An idle channel goes back to the loop, the lease to its node at its idle timer
     (started by the watch for a reply a thread read), and the loop's check stops."""
-    monkeypatch.setattr(thread_tasks_mod, "THREAD_READ_IDLE_S", 0.1)
+    monkeypatch.setattr(thread_reads, "THREAD_READ_IDLE_S", 0.1)
     _warm()
     for i in range(5):
         assert nbcluster.get(echo.remote(i), timeout=30) == i
     sub = _client().submitter
     poll_for(lambda: not sub.thread_tasks.leases, timeout=10)
-    poll_for(lambda: sub.thread_tasks._watch_handle is None, timeout=10)
+    poll_for(lambda: not sub.thread_tasks.channels.watching, timeout=10)
     poll_for(
         lambda: not any(kq.leases for kq in sub.state.keys.values()),
         timeout=10,

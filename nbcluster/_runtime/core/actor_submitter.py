@@ -57,7 +57,7 @@ from nbcluster._runtime.core.actor_state import (
     ActorConn,
 )
 from nbcluster._runtime.core.channel import batch_frame, reply_handler
-from nbcluster._runtime.core.thread_reads import read_until
+from nbcluster._runtime.core.thread_reads import CallerChannels, read_until
 from nbcluster._runtime.protocol.errors import (
     Peer,
     RpcFailure,
@@ -79,11 +79,6 @@ log = logging.getLogger(__name__)
 #: How long an owner keeps asking the head to end an actor dropped out of scope while the
 #: head cannot be reached (or fails the call): then it gives up, logging a warning.
 KILL_RETRY_S = 600.0
-#: Thread reads (module docstring): how long a call written by a caller's thread may wait
-#: with no thread reading its channel before the loop reads it again (and how often the
-#: loop looks), and how long an idle actor's channel stays the callers'.
-THREAD_READ_WATCH_S = 0.02
-THREAD_READ_IDLE_S = 0.5
 
 
 class ActorSubmitter:
@@ -112,8 +107,10 @@ class ActorSubmitter:
         self._flush_scheduled = False
         # Thread reads: actors whose channel is the callers', the loop's check on them.
         self.thread_reads_on = client.config.actor_thread_reads
-        self._thread_conns: set[ActorConn] = set()
-        self._watch_handle: asyncio.TimerHandle | None = None
+        self.channels: CallerChannels[ActorConn] = CallerChannels(
+            client.loop, self.lock, lambda: self.state.closed
+        )
+        self._thread_conns = self.channels.held
         #: Replies read and handled by the thread that waited for them.
         self.thread_read_replies = 0
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -499,23 +496,11 @@ class ActorSubmitter:
         readable = getattr(call, "thread_readable", None)
         if readable is None or not readable():
             return
-        call.pause_reads()
-        conn.thread_reads = True
-        conn.last_direct = time.monotonic()
-        self._thread_conns.add(conn)
-        if self._watch_handle is None:
-            self._watch_handle = self.client.loop.call_later(
-                THREAD_READ_WATCH_S, self._watch_thread_reads
-            )
+        self.channels.hand_over(conn)
 
     def _loop_reads(self, conn: ActorConn) -> None:
         """The loop reads ``conn``'s replies again (loop thread, lock held)."""
-        if conn.thread_reads:
-            conn.thread_reads = False
-            self._thread_conns.discard(conn)
-        call = conn.call
-        if call is not None and getattr(call, "reads_paused", False):
-            call.resume_reads()
+        self.channels.take_back(conn)
 
     def _loop_reads_of(self, actor_id: bytes) -> None:
         conn = self.state.conns.get(actor_id)
@@ -524,29 +509,7 @@ class ActorSubmitter:
 
     def _drop_thread_reads(self, conn: ActorConn) -> None:
         """``conn``'s channel is closed or replaced (a new one starts with the loop)."""
-        conn.thread_reads = False
-        self._thread_conns.discard(conn)
-
-    def _watch_thread_reads(self) -> None:
-        """The loop takes back a channel whose call waited ``THREAD_READ_WATCH_S`` with no
-        thread reading it, or that was idle for ``THREAD_READ_IDLE_S`` (runs while some
-        channel is the callers')."""
-        self._watch_handle = None
-        now = time.monotonic()
-        with self.lock:
-            for conn in list(self._thread_conns):
-                if not conn.thread_reads:
-                    self._thread_conns.discard(conn)
-                elif conn.readers:
-                    continue
-                elif now - conn.last_direct >= (
-                    THREAD_READ_WATCH_S if conn.inflight else THREAD_READ_IDLE_S
-                ):
-                    self._loop_reads(conn)
-            if self._thread_conns and not self.state.closed:
-                self._watch_handle = self.client.loop.call_later(
-                    THREAD_READ_WATCH_S, self._watch_thread_reads
-                )
+        self.channels.forget(conn)
 
     def loop_reads_for(self, entry: Any) -> None:
         """An observer on the loop is about to wait for ``entry`` (a task's argument, an
@@ -701,9 +664,5 @@ class ActorSubmitter:
     def shutdown(self) -> None:
         """This process stops: close every actor stream."""
         with self.lock:
-            for conn in list(self._thread_conns):
-                self._drop_thread_reads(conn)
-            if self._watch_handle is not None:
-                self._watch_handle.cancel()
-                self._watch_handle = None
+            self.channels.stop()
             self._do(self.state.close())

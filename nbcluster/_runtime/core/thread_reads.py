@@ -16,9 +16,16 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["THREAD_READ_SPIN_S", "HeldInterrupt", "read_until"]
+__all__ = [
+    "THREAD_READ_IDLE_S",
+    "THREAD_READ_SPIN_S",
+    "THREAD_READ_WATCH_S",
+    "CallerChannels",
+    "HeldInterrupt",
+    "read_until",
+]
 
 #: How long a thread that waits for its reply first polls without sleeping: a reply that
 #: comes within it costs no wake-up of the waiting thread (on a VM, waking a thread on
@@ -26,6 +33,106 @@ __all__ = ["THREAD_READ_SPIN_S", "HeldInterrupt", "read_until"]
 THREAD_READ_SPIN_S = 0.0003
 #: How long a thread reading replies waits in one poll (Ctrl-C stays prompt).
 POLL_MS = 100
+#: How long a call or task written on a channel the callers read may wait with no thread
+#: reading it before the loop reads the channel again (and how often the loop looks), and
+#: how long an idle channel stays the callers'.
+THREAD_READ_WATCH_S = 0.02
+THREAD_READ_IDLE_S = 0.5
+
+
+class ReadChannel(Protocol):
+    """What :class:`CallerChannels` uses of a channel's owner-side record (a task
+    ``Lease``, an ``ActorConn``)."""
+
+    thread_reads: bool  # the callers read its replies (the loop's reading is paused)
+    readers: int  # threads reading it now
+    last_direct: float  # when a caller last wrote or read on it (monotonic)
+    inflight: Any  # what was sent and not answered (truthy while anything is)
+    call: Any  # the channel (None once closed)
+
+
+C = TypeVar("C", bound=ReadChannel)
+
+
+class CallerChannels(Generic[C]):
+    """The channels whose replies callers' threads read, and the loop's watch that takes
+    them back: a channel whose work waited :data:`THREAD_READ_WATCH_S` with no thread
+    reading it, or that was idle for :data:`THREAD_READ_IDLE_S`. The watch runs every
+    :data:`THREAD_READ_WATCH_S` while some channel is the callers' (or ``chores`` says
+    it has more to do), under ``lock``; it first runs ``chores(now)``. Every method but
+    the watch runs on the loop with ``lock`` held."""
+
+    def __init__(
+        self,
+        loop: Any,
+        lock: Any,
+        closed: Callable[[], bool],
+        chores: Callable[[float], bool] | None = None,
+    ) -> None:
+        self.held: set[C] = set()
+        self._loop = loop
+        self._lock = lock
+        self._closed = closed
+        self._chores = chores
+        self._handle: Any = None
+
+    @property
+    def watching(self) -> bool:
+        """True while the watch is scheduled."""
+        return self._handle is not None
+
+    def hand_over(self, conn: C) -> None:
+        """The loop stops reading ``conn``'s channel: the thread that waits for its next
+        reply reads it."""
+        conn.call.pause_reads()
+        conn.thread_reads = True
+        conn.last_direct = time.monotonic()
+        self.held.add(conn)
+        self.watch()
+
+    def take_back(self, conn: C) -> None:
+        """The loop reads ``conn``'s replies again."""
+        if conn.thread_reads:
+            conn.thread_reads = False
+            self.held.discard(conn)
+        call = conn.call
+        if call is not None and getattr(call, "reads_paused", False):
+            call.resume_reads()
+
+    def forget(self, conn: C) -> None:
+        """``conn``'s channel is closed or replaced (a new one starts with the loop)."""
+        conn.thread_reads = False
+        self.held.discard(conn)
+
+    def watch(self) -> None:
+        """Have the watch run (it goes on while it has something to look at)."""
+        if self._handle is None:
+            self._handle = self._loop.call_later(THREAD_READ_WATCH_S, self._watch)
+
+    def _watch(self) -> None:
+        self._handle = None
+        now = time.monotonic()
+        with self._lock:
+            more = self._chores(now) if self._chores is not None else False
+            for conn in list(self.held):
+                if not conn.thread_reads:
+                    self.held.discard(conn)
+                elif conn.readers:
+                    continue
+                elif now - conn.last_direct >= (
+                    THREAD_READ_WATCH_S if conn.inflight else THREAD_READ_IDLE_S
+                ):
+                    self.take_back(conn)
+            if (self.held or more) and not self._closed():
+                self.watch()
+
+    def stop(self) -> None:
+        """This process stops: forget every channel, end the watch."""
+        for conn in list(self.held):
+            self.forget(conn)
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def read_until(

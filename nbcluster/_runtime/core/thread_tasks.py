@@ -37,20 +37,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nbcluster._runtime.core import instructions as ins
 from nbcluster._runtime.core.channel import batch_frame
 from nbcluster._runtime.core.records import Lease, TaskRecord
-from nbcluster._runtime.core.thread_reads import HeldInterrupt, read_until
+from nbcluster._runtime.core.thread_reads import CallerChannels, HeldInterrupt, read_until
 
 if TYPE_CHECKING:
     from nbcluster._runtime.core.owner_state import OwnerState
     from nbcluster._runtime.core.ownership import Entry
     from nbcluster._runtime.core.ports import ThreadTasksHost
 
-__all__ = ["THREAD_READ_IDLE_S", "THREAD_READ_WATCH_S", "ThreadTasks"]
-
-#: How long a task written by a caller's thread may wait with no thread reading its
-#: channel before the loop reads it again (and how often the loop looks), and how long an
-#: idle lease's channel stays the callers'.
-THREAD_READ_WATCH_S = 0.02
-THREAD_READ_IDLE_S = 0.5
+__all__ = ["ThreadTasks"]
 
 
 def fill_spec(spec: Any, lease: Lease) -> None:
@@ -91,9 +85,11 @@ class ThreadTasks:
         self.sub = submitter
         self.client: ThreadTasksHost = submitter.client
         self.on = self.client.config.task_thread_io
-        #: Leases whose channel the callers read.
-        self.leases: set[Lease] = set()
-        self._watch_handle: Any = None
+        #: Leases whose channel the callers read, and the loop's watch on them.
+        self.channels: CallerChannels[Lease] = CallerChannels(
+            self.client.loop, submitter.lock, lambda: submitter.state.closed, self._chores
+        )
+        self.leases = self.channels.held
         self._idle_later: list[tuple[ins.StartIdleTimer, float]] = []
         #: Tasks written by their caller's thread / whose frame it left to the loop /
         #: replies read and handled by the thread that waited for them.
@@ -175,56 +171,27 @@ class ThreadTasks:
         readable = getattr(call, "thread_readable", None)
         if readable is None or not readable():
             return
-        call.pause_reads()
-        lease.thread_reads = True
-        lease.last_direct = time.monotonic()
-        self.leases.add(lease)
-        self._ensure_watch()
+        self.channels.hand_over(lease)
 
     def loop_reads(self, lease: Lease) -> None:
         """The loop reads ``lease``'s replies again."""
-        if lease.thread_reads:
-            lease.thread_reads = False
-            self.leases.discard(lease)
-        call = lease.call
-        if call is not None and getattr(call, "reads_paused", False):
-            call.resume_reads()
+        self.channels.take_back(lease)
 
     def drop(self, lease: Lease) -> None:
         """``lease``'s channel is closed (a new one starts with the loop)."""
-        lease.thread_reads = False
-        self.leases.discard(lease)
+        self.channels.forget(lease)
 
-    def _ensure_watch(self) -> None:
-        if self._watch_handle is None:
-            self._watch_handle = self.client.loop.call_later(THREAD_READ_WATCH_S, self._watch)
-
-    def _watch(self) -> None:
-        """Start the idle timers reading threads left to the loop; take back a channel
-        whose task waited ``THREAD_READ_WATCH_S`` with no thread reading it, or that was
-        idle for ``THREAD_READ_IDLE_S`` (runs while some channel is the callers')."""
-        self._watch_handle = None
-        now = time.monotonic()
-        sub = self.sub
-        with sub.lock:
-            later, self._idle_later = self._idle_later, []
-            for i, at in later:
-                lease = i.lease
-                if i.gen == lease.idle_gen and lease.idle and not lease.returned:
-                    sub.handlers[ins.StartIdleTimer](
-                        i._replace(delay=max(0.0, i.delay - (now - at)))
-                    )
-            for lease in list(self.leases):
-                if not lease.thread_reads:
-                    self.leases.discard(lease)
-                elif lease.readers:
-                    continue
-                elif now - lease.last_direct >= (
-                    THREAD_READ_WATCH_S if lease.inflight else THREAD_READ_IDLE_S
-                ):
-                    self.loop_reads(lease)
-            if (self.leases or self._idle_later) and not sub.state.closed:
-                self._ensure_watch()
+    def _chores(self, now: float) -> bool:
+        """The watch's first chore (lock held): start the idle timers reading threads
+        left to it. False: none were left."""
+        later, self._idle_later = self._idle_later, []
+        for i, at in later:
+            lease = i.lease
+            if i.gen == lease.idle_gen and lease.idle and not lease.returned:
+                self.sub.handlers[ins.StartIdleTimer](
+                    i._replace(delay=max(0.0, i.delay - (now - at)))
+                )
+        return False
 
     # -- thread reads (a caller's thread) ------------------------------------------------------
     def wait_reading(self, entries: Any, flag: Any, deadline: float | None) -> None:
@@ -355,8 +322,4 @@ class ThreadTasks:
 
     def shutdown(self) -> None:
         """This process stops (the loop, lock held)."""
-        for lease in list(self.leases):
-            self.drop(lease)
-        if self._watch_handle is not None:
-            self._watch_handle.cancel()
-            self._watch_handle = None
+        self.channels.stop()
