@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +102,27 @@ def test_owned_cluster_life_cycle(mgr: ClusterManager) -> None:
         mgr.get(model["id"])
     with pytest.raises(ClusterNotFound):
         mgr.stop(model["id"])
+
+
+def test_a_cluster_the_panel_starts_is_never_listed_as_another_hosts(mgr: ClusterManager) -> None:
+    # Its session goes live before start() returns: a list taken meanwhile (the watcher's,
+    # waking the panel's long poll) must already say "panel", not "host".
+    seen: list[tuple[str, str | None]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.extend((m["origin"], m["session_dir"]) for m in mgr.list())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        model = mgr.start(num_cpus=1, nodes=1)
+    finally:
+        done.set()
+        watcher.join(10)
+    mine = [origin for origin, session in seen if session == model["session_dir"]]
+    assert mine and set(mine) == {"panel"}, set(mine)
 
 
 def test_shutdown_refuses_new_clusters(mgr: ClusterManager) -> None:

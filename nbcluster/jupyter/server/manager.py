@@ -131,6 +131,8 @@ class ClusterManager:
         self._lock = threading.Lock()
         self._owned: dict[str, _Owned] = {}
         self._starting = 0
+        #: Clusters being started from the panel: their sessions may be live already.
+        self._launching: list[LocalCluster] = []
         self._added: dict[str, str] = {}  # id -> address
         self._closed = False
         #: Where the handlers run the blocking calls (owned, shut down by :meth:`shutdown`).
@@ -140,13 +142,15 @@ class ClusterManager:
     def _entries(self, kernel_pids: Mapping[int, str]) -> list[_Entry]:
         with self._lock:
             owned = {str(o.cluster.session_dir): o for o in self._owned.values()}
+            launching = {str(c.session_dir) for c in self._launching if c.session_dir is not None}
             added = dict(self._added)
         entries: list[_Entry] = []
         seen_addresses: set[str] = set()
         for s in sessions.live_sessions(self.temp_dir):
             o = owned.get(str(s.session_dir))
             kernel_id = kernel_pids.get(s.owner_pid) if s.owner_pid is not None else None
-            origin: Origin = "panel" if o is not None else "kernel" if kernel_id else "host"
+            panel = o is not None or str(s.session_dir) in launching
+            origin: Origin = "panel" if panel else "kernel" if kernel_id else "host"
             entries.append(
                 _Entry(
                     id=cluster_id_for(f"session:{s.session_dir}"),
@@ -193,8 +197,11 @@ class ClusterManager:
                     "panel; stop one first (or raise NbclusterServerApp.max_clusters)"
                 )
             self._starting += 1
+        cluster: LocalCluster | None = None
         try:
             cluster = LocalCluster(num_cpus=num_cpus, nodes=nodes, temp_dir=self.temp_dir)
+            with self._lock:
+                self._launching.append(cluster)  # listed as the panel's once its session is
             try:
                 cluster.start(timeout=self.start_timeout)
             except (RuntimeError, TimeoutError, OSError) as err:
@@ -211,6 +218,7 @@ class ClusterManager:
         finally:
             with self._lock:
                 self._starting -= 1
+                self._launching = [c for c in self._launching if c is not cluster]
         if closed:
             cluster.stop()
             raise OperationFailed("the server is shutting down")
