@@ -62,6 +62,12 @@ class Config:
     waits idle, writes it to the worker itself, and a thread waiting in ``get`` for it reads
     the reply itself (``core/thread_tasks.py``; False: both go through the I/O loop;
     ``NBCLUSTER_TASK_THREAD_IO=0``)."""
+    loop_spin: bool = True
+    """After the I/O loop writes a lone task of a function known to run in well under a
+    millisecond, it polls briefly for the reply instead of sleeping, and the worker polls
+    briefly for the next such task (``core/thread_reads.py``, ``LoopSpin``; a chain of
+    dependent tasks then wakes neither side; stops by itself while polls mostly miss;
+    ``NBCLUSTER_LOOP_SPIN=0``: never)."""
     direct_tasks: bool = True
     """A worker's main thread reads its task leases' channels and runs each task where it
     reads it, as a plain sync actor's does (``worker/direct.py``; False: the I/O loop reads

@@ -371,6 +371,31 @@ def test_a_worker_that_died_idle_is_not_charged_for_the_next_task(shared_cluster
         assert lease.dead and lease.returned
 
 
+def test_a_chain_of_fast_tasks_has_the_loop_poll_for_each_reply(
+    shared_cluster: object, monkeypatch
+) -> None:
+    """Each task of a chain is sent by the loop, alone, once the last one's reply is in:
+    the loop polls for its reply (``LoopSpin``) and the task carries ``poll_after``."""
+    monkeypatch.setattr(thread_reads, "runnable_threads", lambda: 1)  # a CPU to spare
+    _warm()
+    spin = _client().submitter.spin
+    assert spin is not None
+    spin.score = 1.0
+    nbcluster.get(double.remote(1), timeout=30)  # known fast from now on
+    tried = spin.hits + spin.misses
+    x = double.remote(1)
+    refs = [x]
+    for _ in range(60):
+        x = double.remote(x)
+        refs.append(x)
+    assert nbcluster.get(x, timeout=60) == 2**61
+    # Hits or misses (a busy machine makes polls miss, and then it backs off): polled.
+    assert spin.hits + spin.misses - tried >= 5
+    entries = _client().table.entries
+    polled = [entries[r.binary()].task.spec.poll_after for r in refs[1:]]
+    assert sum(polled) >= 5
+
+
 def test_off_switch(cluster, monkeypatch) -> None:
     """``NBCLUSTER_TASK_THREAD_IO=0``: every task goes through the loop. (Its own cluster:
     it runs last, after the module's shared one.)"""
@@ -380,3 +405,14 @@ def test_off_switch(cluster, monkeypatch) -> None:
         assert nbcluster.get(echo.remote(i), timeout=30) == i
     io = _io()
     assert io.sent_direct == 0 and io.thread_read_replies == 0 and not io.leases
+
+
+def test_loop_spin_off_switch(cluster, monkeypatch) -> None:
+    """``NBCLUSTER_LOOP_SPIN=0``: the loop never polls for a reply."""
+    monkeypatch.setenv("NBCLUSTER_LOOP_SPIN", "0")
+    cluster(num_cpus=1)
+    x = double.remote(1)
+    for _ in range(20):
+        x = double.remote(x)
+    assert nbcluster.get(x, timeout=60) == 2**21
+    assert _client().submitter.spin is None

@@ -39,6 +39,7 @@ from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.core.records import FAST_TASK_S, KeyQueue, Lease, TaskRecord
 from nbcluster._runtime.core.routes import resolve_route
 from nbcluster._runtime.core.task_args import locality, lost_argument, rebuildable
+from nbcluster._runtime.core.thread_reads import LoopSpin
 from nbcluster._runtime.core.thread_tasks import ThreadTasks, fill_spec
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
@@ -90,6 +91,8 @@ class Submitter:
         self.pending_report = PendingReporter(client)  # issue 17: list_tasks sees waiting tasks
         self.streams = StreamOpener(client)  # task channels (or gRPC streams) to workers
         self.thread_tasks = ThreadTasks(self)
+        #: The loop's poll for a lone fast task's reply (None: off, ``config.loop_spin``).
+        self.spin: LoopSpin | None = LoopSpin() if client.config.loop_spin else None
         self.handlers: dict[type, Callable[[Any], None]] = {
             ins.Send: self._do_send,
             ins.RequestLease: self._do_request_lease,
@@ -198,8 +201,27 @@ class Submitter:
         with self.lock:
             self._flush_scheduled = False
             dirty, self._dirty = self._dirty, []
+            spin = self._spin_for(dirty[0]) if self.spin is not None and len(dirty) == 1 else None
             for lease in dirty:
                 self._write_now(lease)
+        if spin is not None:  # (outside the lock: callers' threads go on meanwhile)
+            self.spin.spin(spin)  # type: ignore[union-attr]
+
+    def _spin_for(self, lease: Lease) -> int | None:
+        """The descriptor to poll for the reply of what goes out to ``lease`` now, when it
+        is one fast task alone (``thread_reads.LoopSpin``); the task then carries
+        ``poll_after``."""
+        call = lease.call
+        if len(lease.outbox) != 1 or len(lease.inflight) != 1 or call is None:
+            return None
+        spec = lease.outbox[0]
+        readable = getattr(call, "thread_readable", None)
+        if readable is None or not readable():
+            return None
+        if not self.spin.wanted(self.state.fn_avg.get(spec.function_id)):  # type: ignore[union-attr]
+            return None
+        spec.poll_after = True  # its worker polls for the next task in turn
+        return call.fileno()
 
     def _write_now(self, lease: Lease) -> None:
         lease.writing = False

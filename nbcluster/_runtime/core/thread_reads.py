@@ -12,6 +12,7 @@ back whenever anything else needs it; the owner of the channel decides when
 from __future__ import annotations
 
 import _signal  # (signal's own functions, without its enum conversions: a hot path)
+import os
 import select
 import threading
 import time
@@ -24,6 +25,7 @@ __all__ = [
     "THREAD_READ_WATCH_S",
     "CallerChannels",
     "HeldInterrupt",
+    "LoopSpin",
     "read_until",
 ]
 
@@ -38,6 +40,102 @@ POLL_MS = 100
 #: how long an idle channel stays the callers'.
 THREAD_READ_WATCH_S = 0.02
 THREAD_READ_IDLE_S = 0.5
+
+
+#: How long the loop polls for the reply of a lone fast task it has just written.
+LOOP_SPIN_S = 0.0003
+#: The longest average run time of a function whose lone task the loop polls for: its
+#: reply comes within :data:`LOOP_SPIN_S` (with the worker's wake-up and the reply's trip).
+LOOP_SPIN_MAX_RUN_S = 0.00015
+#: While polls mostly miss (the spin is off), one in this many is tried anyway.
+LOOP_SPIN_PROBE = 32
+#: How often the loop looks at how many threads the machine runs (while it would poll).
+CROWD_CHECK_S = 0.01
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def runnable_threads() -> int | None:
+    """How many threads on this machine run or wait for a CPU now (Linux's
+    ``/proc/loadavg``; None where it cannot be read)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class LoopSpin:
+    """The loop's brief poll for the reply of a lone fast task it has just written (a
+    chain of dependent tasks: each is sent by the loop when the last one's reply is
+    handled). A reply that comes within :data:`LOOP_SPIN_S` costs the loop no sleep and
+    wake-up; the task carries ``poll_after``, so its worker polls for the next one in
+    turn. Polling pays only with a CPU to spare: not while the machine runs more threads
+    than it has CPUs (a spinning thread then takes CPU time from the worker it waits for,
+    and loses the scheduler's preference for threads that sleep). The loop looks every
+    :data:`CROWD_CHECK_S` and keeps a moving average (this thread counts: on an idle
+    machine it reads 1 or 2, with two busy programs on two CPUs 3 to 5); over half a
+    CPU above their number, it does not poll. And, as spinning locks do, it backs off
+    while polls mostly miss (a moving score under 1/2): then only one in
+    :data:`LOOP_SPIN_PROBE` is tried."""
+
+    __slots__ = ("score", "skipped", "hits", "misses", "cpus", "ready", "checked_at")
+
+    def __init__(self) -> None:
+        self.score = 1.0
+        self.skipped = 0
+        self.hits = 0
+        self.misses = 0
+        self.cpus = _cpus()
+        self.ready = 1.0  # moving average of runnable_threads()
+        self.checked_at = 0.0
+
+    @property
+    def crowded(self) -> bool:
+        """True while the machine runs more threads than it has CPUs (on average)."""
+        return self.ready > self.cpus + 0.5
+
+    def wanted(self, avg_run_s: float | None) -> bool:
+        """True when the loop should poll for the reply of a lone task of a function that
+        runs ``avg_run_s`` on average (None: not known yet)."""
+        if avg_run_s is None or avg_run_s >= LOOP_SPIN_MAX_RUN_S:
+            return False
+        now = time.monotonic()
+        if now - self.checked_at >= CROWD_CHECK_S:
+            self.checked_at = now
+            ready = runnable_threads()
+            if ready is not None:
+                self.ready = 0.75 * self.ready + 0.25 * ready
+        if self.crowded:
+            return False
+        if self.score >= 0.5:
+            return True
+        self.skipped += 1
+        if self.skipped < LOOP_SPIN_PROBE:
+            return False
+        self.skipped = 0
+        return True
+
+    def spin(self, fileno: int) -> bool:
+        """Poll ``fileno`` until it is readable (True) or :data:`LOOP_SPIN_S` passes."""
+        poller = select.poll()
+        poller.register(fileno, select.POLLIN)
+        poll = poller.poll
+        clock = time.perf_counter
+        until = clock() + LOOP_SPIN_S
+        while not poll(0):
+            if clock() >= until:
+                self.misses += 1
+                self.score *= 0.875
+                return False
+        self.hits += 1
+        self.score = self.score * 0.875 + 0.125
+        return True
 
 
 class ReadChannel(Protocol):

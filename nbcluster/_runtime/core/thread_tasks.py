@@ -50,7 +50,7 @@ __all__ = ["ThreadTasks"]
 def fill_spec(spec: Any, lease: Lease) -> None:
     """What a task's spec learns from the lease it goes to (every path that sends one)."""
     spec.lease_id = lease.lease_id
-    spec.poll_after = False  # (set by thread writes alone: a retry from the loop is not one)
+    spec.poll_after = False  # (set by a thread write or the loop's poll, for this send alone)
     del spec.gpu_ids[:]
     spec.gpu_ids.extend(lease.gpu_ids)
     if not spec.resources:  # get_runtime_context().get_assigned_resources()

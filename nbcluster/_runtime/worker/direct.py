@@ -288,8 +288,9 @@ class DirectLoop:
                 else:
                     # An actor's caller writes its next call itself (no loop between): it
                     # may come within the poll; so may a task's, when its owner's thread
-                    # wrote it (``poll_after``: core/thread_tasks.py). A task its owner's
-                    # I/O loop sent is followed later than that: polling would only take
+                    # wrote it or its owner's loop polls for its reply (``poll_after``:
+                    # core/thread_tasks.py, core/thread_reads.py ``LoopSpin``). Other tasks
+                    # the loop sent are followed later than that: polling would only take
                     # the CPU the owner's loop needs.
                     answered = self._on_readable(key.data) or not key.data.lease
             if self._lent:
