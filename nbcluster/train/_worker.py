@@ -130,12 +130,15 @@ class _OutputGate:
         now = time.monotonic()
         for stream, since in list(self.partial_since.items()):
             last = max((i for i, (s, _) in enumerate(held) if s == stream), default=None)
-            if last is None:
-                continue
-            if final:
-                held[last] = (stream, held[last][1] + "\n")  # end the last line
+            if final:  # end the last line (already sent, if it went out as old)
+                if last is None:
+                    held.append((stream, "\n"))
+                else:
+                    held[last] = (stream, held[last][1] + "\n")
                 del self.partial_since[stream]
                 self.at_line_start = True
+                continue
+            if last is None:
                 continue
             if now - since >= PARTIAL_LINE_S:
                 continue  # old: out as it is (its end will follow unprefixed)

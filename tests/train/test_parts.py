@@ -294,6 +294,9 @@ def test_an_unfinished_line_goes_out_when_the_function_ends_or_it_is_old(monkeyp
     assert gate.take() == [("stderr", "[rank 0] progress 10%")]  # waited long enough
     stream.write(" 20%\n")
     assert gate.take() == [("stderr", " 20%\n")]
+    stream.write("done")
+    assert gate.take() == [("stderr", "[rank 0] done")]  # old: out without its end
+    assert gate.take(final=True) == [("stderr", "\n")]  # the function ended: the line too
 
 
 def test_worker_output_beyond_the_rate_limit_is_folded_into_a_count(monkeypatch):

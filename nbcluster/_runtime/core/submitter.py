@@ -201,13 +201,14 @@ class Submitter:
         with self.lock:
             self._flush_scheduled = False
             dirty, self._dirty = self._dirty, []
-            spin = self._spin_for(dirty[0]) if self.spin is not None and len(dirty) == 1 else None
+            spin = self.spin
+            fd = self._spin_for(spin, dirty[0]) if spin is not None and len(dirty) == 1 else None
             for lease in dirty:
                 self._write_now(lease)
-        if spin is not None:  # (outside the lock: callers' threads go on meanwhile)
-            self.spin.spin(spin)  # type: ignore[union-attr]
+        if spin is not None and fd is not None:  # (outside the lock: callers go on meanwhile)
+            spin.spin(fd)
 
-    def _spin_for(self, lease: Lease) -> int | None:
+    def _spin_for(self, spin: LoopSpin, lease: Lease) -> int | None:
         """The descriptor to poll for the reply of what goes out to ``lease`` now, when it
         is one fast task alone (``thread_reads.LoopSpin``); the task then carries
         ``poll_after``."""
@@ -218,7 +219,7 @@ class Submitter:
         readable = getattr(call, "thread_readable", None)
         if readable is None or not readable():
             return None
-        if not self.spin.wanted(self.state.fn_avg.get(spec.function_id)):  # type: ignore[union-attr]
+        if not spin.wanted(self.state.fn_avg.get(spec.function_id)):
             return None
         spec.poll_after = True  # its worker polls for the next task in turn
         return call.fileno()

@@ -156,16 +156,16 @@ class CallerChannels(Generic[C]):
     """The channels whose replies callers' threads read, and the loop's watch that takes
     them back: a channel whose work waited :data:`THREAD_READ_WATCH_S` with no thread
     reading it, or that was idle for :data:`THREAD_READ_IDLE_S`. The watch runs every
-    :data:`THREAD_READ_WATCH_S` while some channel is the callers' (or ``chores`` says
-    it has more to do), under ``lock``; it first runs ``chores(now)``. Every method but
-    the watch runs on the loop with ``lock`` held."""
+    :data:`THREAD_READ_WATCH_S` while some channel is the callers', under ``lock``; it
+    first runs ``chores(now)``. Every method but the watch runs on the loop with ``lock``
+    held."""
 
     def __init__(
         self,
         loop: Any,
         lock: Any,
         closed: Callable[[], bool],
-        chores: Callable[[float], bool] | None = None,
+        chores: Callable[[float], None] | None = None,
     ) -> None:
         self.held: set[C] = set()
         self._loop = loop
@@ -211,7 +211,8 @@ class CallerChannels(Generic[C]):
         self._handle = None
         now = time.monotonic()
         with self._lock:
-            more = self._chores(now) if self._chores is not None else False
+            if self._chores is not None:
+                self._chores(now)
             for conn in list(self.held):
                 if not conn.thread_reads:
                     self.held.discard(conn)
@@ -221,7 +222,7 @@ class CallerChannels(Generic[C]):
                     THREAD_READ_WATCH_S if conn.inflight else THREAD_READ_IDLE_S
                 ):
                     self.take_back(conn)
-            if (self.held or more) and not self._closed():
+            if self.held and not self._closed():
                 self.watch()
 
     def stop(self) -> None:

@@ -181,9 +181,10 @@ class ThreadTasks:
         """``lease``'s channel is closed (a new one starts with the loop)."""
         self.channels.forget(lease)
 
-    def _chores(self, now: float) -> bool:
+    def _chores(self, now: float) -> None:
         """The watch's first chore (lock held): start the idle timers reading threads
-        left to it. False: none were left."""
+        left to it (a thread leaves them only while it reads a held channel, so the watch
+        is due)."""
         later, self._idle_later = self._idle_later, []
         for i, at in later:
             lease = i.lease
@@ -191,7 +192,6 @@ class ThreadTasks:
                 self.sub.handlers[ins.StartIdleTimer](
                     i._replace(delay=max(0.0, i.delay - (now - at)))
                 )
-        return False
 
     # -- thread reads (a caller's thread) ------------------------------------------------------
     def wait_reading(self, entries: Any, flag: Any, deadline: float | None) -> None:
