@@ -60,15 +60,12 @@ class Worker:
         self.registered: list[bytes] = []
         self.queued: list[Any] = []
         self.stop = False
-        self.idle_calls = 0
         self.direct = DirectLoop(
             max_frame=MAX_FRAME,
             loop=self.io,
             run_call=run_call or self.run_call,
             drain_queue=self.drain_queue,
             register=lambda spec, stream: self.registered.append(spec.task_id),
-            idle_after=lambda: 0.05 if self.idle_calls == 0 else None,
-            idle=self.on_idle,
             dropped=dropped,
             requeued=lambda spec: pb.TaskReply(task_id=spec.task_id, requeued=True),
         )
@@ -82,9 +79,6 @@ class Worker:
     def drain_queue(self) -> bool:
         self.queued.append("drained")
         return not self.stop
-
-    def on_idle(self) -> None:
-        self.idle_calls += 1
 
     def connect(self, lease: str = "") -> socket.socket:
         ours, theirs = socket.socketpair()
@@ -195,14 +189,14 @@ def test_an_oversized_frame_or_a_hang_up_closes_only_that_channel(worker: Worker
     assert [r.task_id for r in reply.replies] == [b"\x05" * 4]
 
 
-def test_wake_runs_queued_work_and_idle_runs_when_nothing_happens(worker: Worker) -> None:
+def test_wake_runs_queued_work(worker: Worker) -> None:
     worker.direct.wake()
     deadline = threading.Event()
     for _ in range(100):
-        if worker.queued and worker.idle_calls:
+        if worker.queued:
             break
         deadline.wait(0.05)
-    assert worker.queued and worker.idle_calls == 1
+    assert worker.queued
 
 
 def test_a_blocked_task_lends_its_lease_channel_and_the_loop_requeues_what_comes() -> None:
@@ -280,8 +274,6 @@ def test_a_task_its_owners_thread_wrote_asks_for_a_poll_after_it() -> None:
         run_call=lambda spec, stream: ran.append(spec.task_id),
         drain_queue=lambda: True,
         register=lambda spec, stream: None,
-        idle_after=lambda: None,
-        idle=lambda: None,
     )
     caller, worker = socket.socketpair()
     stream = DirectStream(worker, MAX_FRAME, None, lease="ab")

@@ -61,10 +61,10 @@ def test_write_then_read_gives_read_only_zero_copy_arrays(shm_dir: str) -> None:
     assert got.flags.writeable is False
     assert np.shares_memory(got, np.frombuffer(view, dtype=np.uint8))
     assert got.ctypes.data % ALIGNMENT == 0
-    base = got
-    while isinstance(base, np.ndarray):
-        base = base.base
-    assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+    base = got  # a view of the store file's mapping, through the read's exporter
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    assert isinstance(base, mmap.mmap)
 
 
 def test_read_missing_object_is_none(shm_dir: str) -> None:
@@ -261,7 +261,7 @@ def test_promoting_a_file_a_writer_claimed_meanwhile_is_skipped(
     (busy,) = pool(shm_dir)
     del held
     gc.collect()
-    real = store.lease_state
+    real = store.readers_state
 
     def claimed_meanwhile(fd: int) -> str:
         state = real(fd)
@@ -269,7 +269,7 @@ def test_promoting_a_file_a_writer_claimed_meanwhile_is_skipped(
         os.rename(os.path.join(free_dir, busy), os.path.join(shm_dir, "claimed-by-a-writer"))
         return state
 
-    monkeypatch.setattr(store, "lease_state", claimed_meanwhile)
+    monkeypatch.setattr(store, "readers_state", claimed_meanwhile)
     assert store.promote_waiting(shm_dir) == 0
     assert pool(shm_dir) == []
 
@@ -285,39 +285,55 @@ def test_waiting_files_are_trimmed_first(shm_dir: str) -> None:
     assert held.nbytes == size
 
 
-def test_without_leases_a_mapped_file_is_unlinked(shm_dir: str, monkeypatch) -> None:
-    def no_lease(fd, cmd, arg=0):
-        if cmd == fcntl.F_SETLEASE:
-            raise OSError(errno.EINVAL, "no leases here")
-        return 0
+def test_without_locks_a_freed_file_is_unlinked(shm_dir: str, monkeypatch) -> None:
+    real = fcntl.fcntl
 
-    monkeypatch.setattr(fcntl, "fcntl", no_lease)
+    def no_locks(fd, cmd, arg=0):
+        if cmd in (fcntl.F_OFD_SETLK, fcntl.F_OFD_SETLKW):
+            raise OSError(errno.EINVAL, "no OFD locks here")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", no_locks)
     store.write_object(shm_dir, oid(1), serialize(np.ones(2 * MiB // 8)))
     assert store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB) > 0
     assert pool(shm_dir) == []
 
 
-def test_a_file_mapped_by_another_process_is_never_recycled(shm_dir: str) -> None:
+def _child(code: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_file_another_process_views_is_never_recycled(shm_dir: str) -> None:
     store.write_object(shm_dir, oid(1), serialize(np.ones(2 * MiB // 8)))
-    path = store.object_path(shm_dir, oid(1))
-    code = textwrap.dedent(
+    child = _child(
         f"""
-        import mmap, os, sys
-        fd = os.open({path!r}, os.O_RDONLY)
-        m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-        os.close(fd)
-        print("mapped", flush=True)
-        sys.stdin.read()
+        import sys
+        from nbcluster._runtime.objects import store
+        from nbcluster._runtime.serialization import deserialize
+        held = deserialize(store.read_object({shm_dir!r}, {oid(1)!r}))
+        print("viewing", flush=True)
+        sys.stdin.readline()
+        del held
+        print("dropped", flush=True)
+        sys.stdin.readline()
         """
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
     try:
-        assert child.stdout.readline().strip() == "mapped"
-        store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)
+        assert child.stdout.readline().strip() == "viewing"
+        size = store.delete_object(shm_dir, oid(1), recycle_limit=64 * MiB)
         assert store.pool_file_sizes(shm_dir) == []  # it waits, hidden
         assert store.promote_waiting(shm_dir) == 0
+        child.stdin.write("drop\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "dropped"
+        # the child still has the file mapped (for its next read), but views nothing
+        assert store.promote_waiting(shm_dir) == size
+        assert store.pool_file_sizes(shm_dir) == [size]
     finally:
         child.stdin.close()
         child.wait(timeout=30)
@@ -498,43 +514,6 @@ def test_cgroup_limit_is_read_from_v2_then_v1(tmp_path) -> None:
 
 
 # -- mappings a worker keeps between tasks -------------------------------------------------------
-
-
-def test_mapped_objects_keeps_recent_mappings_within_limits() -> None:
-    kept = store.MappedObjects(max_bytes=10, max_count=3, linger_s=1e9)
-    views = {n: memoryview(bytearray(4)) for n in range(5)}
-    assert kept.get(b"a") is None and kept.hits == 0
-    kept.keep(b"a", views[0])
-    kept.keep(b"b", views[1])
-    assert kept.get(b"a") is views[0] and kept.hits == 1  # a is now the most recent
-    kept.keep(b"c", views[2])  # 12 bytes > 10: the least recently used (b) goes
-    assert kept.get(b"b") is None and len(kept) == 2
-    kept.keep(b"big", memoryview(bytearray(11)))  # larger than the whole budget: not kept
-    assert kept.get(b"big") is None
-    kept.keep(b"a", views[3])  # replacing an entry does not count it twice
-    assert kept.get(b"a") is views[3] and len(kept) == 2
-    kept.clear()
-    assert len(kept) == 0 and kept.get(b"a") is None
-    counted = store.MappedObjects(max_bytes=100, max_count=2, linger_s=1e9)
-    for name in (b"x", b"y", b"z"):
-        counted.keep(name, views[4])
-    assert counted.get(b"x") is None and len(counted) == 2
-
-
-def test_mapped_objects_drops_a_mapping_no_task_used_for_its_linger() -> None:
-    # put once + tasks, again and again: the worker must not hold the previous rounds'
-    # objects (their files could not be reused while it does).
-    kept = store.MappedObjects(linger_s=0.02)
-    old, new = memoryview(bytearray(4)), memoryview(bytearray(4))
-    kept.keep(b"old", old, now=10.0)
-    assert kept.get(b"old", now=10.015) is old  # used again within the linger: kept
-    kept.keep(b"new", new, now=10.03)
-    assert kept.get(b"new", now=10.034) is new
-    assert kept.get(b"old", now=10.04) is None and len(kept) == 1  # 25 ms unused: dropped
-    assert kept.get(b"new", now=10.05) is new
-
-
-# -- stores left behind by node managers that were killed -----------------------------------
 
 
 def test_a_dead_node_managers_store_is_swept_and_a_live_ones_kept(tmp_path) -> None:

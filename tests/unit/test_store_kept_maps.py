@@ -6,10 +6,7 @@ import gc
 import mmap
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import textwrap
 import time
 
 import numpy as np
@@ -69,8 +66,8 @@ def test_a_freed_file_is_rewritten_through_the_writers_kept_mapping(shm_dir) -> 
     put(shm_dir, 1, 1.0)  # into the pool file, through a mapping that stays
     first = inode(shm_dir, 1)
     assert len(km.kept_maps) == 1
-    free(shm_dir, 1)  # our own kept mapping makes it wait, hidden
-    assert store.pool_file_sizes(shm_dir) == []
+    free(shm_dir, 1)  # no value views it: pooled (our kept mapping views nothing)
+    assert len(store.pool_file_sizes(shm_dir)) == 1
     reused = km.kept_maps.reused
     put(shm_dir, 2, 2.0)
     assert inode(shm_dir, 2) == first and km.kept_maps.reused == reused + 1
@@ -138,27 +135,3 @@ def test_a_trimmed_file_is_dropped_and_kept_maps_expire(shm_dir) -> None:
     while len(maps) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(maps) == 0  # an idle process holds no kept mapping
-
-
-def test_a_broken_lease_does_not_kill_its_holder(shm_dir) -> None:
-    # The lease checks (the node's recycling and a writer's claim) hold a write lease for
-    # microseconds; an open of the file then would signal the holder SIGIO, which ends a
-    # process by default. The holder asks for SIGURG (ignored) instead, and survives.
-    path = os.path.join(shm_dir, "f")
-    with open(path, "w") as f:
-        f.write("x")
-    holder = textwrap.dedent(
-        f"""
-        import fcntl, os, subprocess, sys, time
-        from nbcluster._runtime.objects.kept_maps import quiet_lease_breaks
-        fd = os.open({path!r}, os.O_RDWR)
-        quiet_lease_breaks(fd)
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-        opener = subprocess.Popen([sys.executable, "-c", "open({path!r}).read()"])
-        time.sleep(0.3)  # the opener waits for the lease: it is broken meanwhile
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-        sys.exit(opener.wait(timeout=60))
-        """
-    )
-    result = subprocess.run([sys.executable, "-c", holder], timeout=120, capture_output=True)
-    assert result.returncode == 0, (result.returncode, result.stderr.decode()[-2000:])

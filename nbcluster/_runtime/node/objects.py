@@ -27,6 +27,7 @@ import grpc
 from nbcluster._runtime.objects import store as objstore
 from nbcluster._runtime.objects import transfer
 from nbcluster._runtime.objects.pool import WarmPool
+from nbcluster._runtime.objects.readers import open_locked
 from nbcluster._runtime.objects.state import StoreState
 from nbcluster._runtime.protocol import hello, tls
 from nbcluster._runtime.protocol.errors import RpcFailure
@@ -288,7 +289,9 @@ class NodeObjects:
         if not info.found:
             await context.abort(grpc.StatusCode.NOT_FOUND, "object not in this node's store")
         chunk = min(max(request.chunk_bytes or 4 * 2**20, 64 * 1024), 64 * 2**20)
-        fd = os.open(info.path, os.O_RDONLY)
+        fd = open_locked(info.path)  # (the file is not reused while we read it)
+        if fd is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "object not in this node's store")
         try:
             size = os.fstat(fd).st_size
             offset = request.offset

@@ -7,21 +7,19 @@ arena stays mapped in every process. Here a writer keeps the populated mapping (
 read-write descriptor) of each file it wrote, and when the object in it is freed, writes
 its next object of a fitting size into the same file through the same mapping.
 
-**Safety.** A kept file may be written again only when no other process (and no other
-open of this one) can still see its old contents:
+**Safety.** A kept file may be written again only when no value anywhere can still see
+its old contents:
 
-* the object must have been freed: the node moved its file to the pool under a hidden
-  name (``.free/.busy-<size>-...``, "waiting for readers": this process's own kept
-  descriptor is one of them), so nobody can open it by its object name any more. The
-  writer finds it there by inode, and claims it by renaming it to its own temporary
-  name (atomic: the node, pruning the pool, or another writer, cannot have it too);
-* then a write lease (``F_SETLEASE``) on the kept read-write descriptor must be granted:
-  Linux grants it only when that descriptor's open file description is the only one of
-  the file, for reading or writing, anywhere, and a mapping holds its open file
-  description even after its descriptor is closed. So any reader's mapping (and any
-  value viewing it) keeps the file from being reused, exactly as for the node's own
-  recycling check (:func:`lease_state`, used by ``store``). If the lease is refused, the file is
-  renamed back and waits.
+* the object must have been freed: the node moved its file to the pool (``.free/``, ready
+  or waiting for readers as ``.busy-``), so nobody can open it by its object name any
+  more. The writer finds it there by inode, and claims it by renaming it to its own
+  temporary name (atomic: the node, pruning the pool, or another writer, cannot have it
+  too);
+* then the write lock must be free (:func:`~nbcluster._runtime.objects.readers.readers_state`
+  on the kept read-write descriptor): every value made from a store file holds the file's
+  read lock while it lives (``objects.readers``), so a reader's view keeps the file from
+  being reused, exactly as for the node's own recycling check (``store``). If the lock is
+  held, the file is renamed back and waits.
 
 A kept file whose name is gone (the node trimmed the pool, or the store was removed)
 is dropped at the next write, and every kept mapping is dropped after ``LINGER_S``
@@ -33,14 +31,13 @@ does the writing.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import mmap
 import os
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
+
+from nbcluster._runtime.objects.readers import LOCKS, readers_state
 
 __all__ = [
     "KeptMap",
@@ -48,8 +45,6 @@ __all__ = [
     "LINGER_S",
     "fits",
     "kept_maps",
-    "lease_state",
-    "quiet_lease_breaks",
 ]
 
 #: How long a kept mapping outlives the last large write of its process.
@@ -57,7 +52,6 @@ LINGER_S = 1.0
 #: Most files one process keeps mapped.
 MAX_FILES = 3
 _MiB = 1 << 20
-_LEASES = hasattr(fcntl, "F_SETLEASE")
 
 
 def fits(mapped_len: int, file_size: int, size: int) -> bool:
@@ -89,28 +83,6 @@ class KeptMap:
             os.close(self.fd)
 
 
-def quiet_lease_breaks(fd: int) -> None:
-    """Have a lease on ``fd`` broken with ``SIGURG`` (ignored by default), not ``SIGIO``.
-
-    Were a lease broken (another open of the file in the microseconds it is held),
-    Linux would signal its holder ``SIGIO``, whose default action ends the process.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
-
-
-def lease_state(fd: int) -> str:
-    """``"free"`` if no other open file description (or mapping) of ``fd``'s file exists,
-    ``"busy"`` if one does, ``"unknown"`` where leases are unavailable."""
-    quiet_lease_breaks(fd)
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-    except OSError as err:  # EAGAIN: open or mapped elsewhere; EACCES/EINVAL: no leases
-        return "busy" if err.errno in (errno.EAGAIN, errno.EBUSY) else "unknown"
-    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-    return "free"
-
-
 class KeptMaps:
     """The kept mappings of one process (thread-safe; see the module docstring)."""
 
@@ -125,25 +97,25 @@ class KeptMaps:
     def __len__(self) -> int:
         return len(self._maps)
 
-    def claim(self, busy_files: list[str], size: int, tmp: str) -> tuple[KeptMap | None, list[str]]:
+    def claim(self, pool_files: list[str], size: int, tmp: str) -> tuple[KeptMap | None, list[str]]:
         """``(kept, released)``: a kept file, freed and seen by nobody else, renamed to
         ``tmp`` and truncated to ``size`` bytes (``None`` if no kept file qualifies); and
         the paths of freed kept files that do not fit ``size``, dropped here so the store's
         pool can have them (the caller promotes them: ``store.promote_waiting``).
 
-        ``busy_files``: the paths of the store's files waiting for their readers
-        (``.free/.busy-...``). The caller writes through ``kept.mapping`` and calls
-        :meth:`keep`.
+        ``pool_files``: the paths of the store's freed files (``.free/``: ready, and
+        waiting for their readers as ``.busy-...``). The caller writes through
+        ``kept.mapping`` and calls :meth:`keep`.
         """
         released: list[str] = []
-        if not _LEASES:
+        if not LOCKS:
             return None, released
         with self._lock:
             candidates = list(self._maps)
         if not candidates:
             return None, released
         by_inode: dict[tuple[int, int], str] = {}
-        for path in busy_files:
+        for path in pool_files:
             with contextlib.suppress(FileNotFoundError):
                 st = os.stat(path)
                 by_inode[(st.st_dev, st.st_ino)] = path
@@ -176,7 +148,7 @@ class KeptMaps:
         except FileNotFoundError:  # the node trimmed or promoted it meanwhile
             self._put_back(kept)
             return False
-        if lease_state(kept.fd) != "free" or os.fstat(kept.fd).st_ino != kept.ino:
+        if readers_state(kept.fd) != "free" or os.fstat(kept.fd).st_ino != kept.ino:
             with contextlib.suppress(OSError):
                 os.rename(tmp, path)  # still read somewhere: let it wait
             self._put_back(kept)

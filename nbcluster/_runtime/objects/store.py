@@ -6,18 +6,18 @@ Layout of a store directory (normally ``/dev/shm/nbcluster-<session>/<node-id-he
     .tmp-<id>-<pid>-<n>        an object being written (never read)
     .free/<size>-<pid>-<n>     a freed object file kept for reuse (see "Recycling")
     .free/.check-<pid>-<n>     a freed file being checked for readers (never reused)
-    .free/.busy-<size>-<pid>-<n>  a freed file still mapped by a reader (waits, hidden)
+    .free/.busy-<size>-<pid>-<n>  a freed file a reader's value still views (waits, hidden)
 
 **Sealing** is an atomic ``link(tmp, final)`` followed by ``unlink(tmp)``: readers never
 see a partial object, and a second writer of the same id gets ``FileExistsError``
 instead of replacing an object someone may have mapped.
 
-**Reading** maps the file read-only and closes the descriptor; the mapping stays valid
-after the file is deleted, spilled or replaced (Linux keeps the pages while they are
-mapped), so readers need no pin. ``deserialize(read_object(...))`` gives numpy arrays that
-are read-only views of that mapping. A worker keeps the mappings of large task arguments
-while more tasks are queued (``objects.mapped``), so tasks sharing an argument fault
-its pages in once, and maps a new one in with one ``MADV_POPULATE_READ``.
+**Reading** maps the file read-only (``objects.readers``); ``deserialize(read_object(...))``
+gives numpy arrays that are read-only views of that mapping. A view holds the file's read
+lock while it lives, so the file is never rewritten under it, and it stays valid after the
+file is deleted or spilled (Linux keeps the pages while they are mapped): readers need no
+pin. A reader keeps the mapping of a large file after its views are gone, so an object
+written later into the same (recycled) file costs it no new mapping and no page faults.
 
 **Writing, measured** (100 MiB numpy array into tmpfs ``/dev/shm``, 2-vCPU VM, kernel
 6.18, Python 3.11; numpy ``copyto`` into a warm array of the same size measured 7-13 GB/s
@@ -45,21 +45,20 @@ would be a ``SIGBUS``). Those files come from **recycling**: ``delete_object(...
 recycle_limit=N)`` keeps freed files of at least ``RECYCLE_MIN_SIZE`` in ``.free/`` (up to
 N bytes in all) and ``write_object`` overwrites the smallest one that fits (and is at most
 about twice the size). A file is recycled only if nobody can still see its old contents:
-it is renamed away from its object name first (so nobody can open it any more) and then a
-write lease (``F_SETLEASE``) is taken, which Linux grants only when no other open file
-description exists, and a mapping counts as one even after its descriptor is closed. A
-file that is still mapped waits under a hidden name until :func:`promote_waiting` finds
-its readers gone. The node manager also fills the pool ahead of demand
-(:func:`allocate_pool_files`, sized by ``objects.pool.WarmPool``), in a low-priority
-thread. Pool files still occupy the tmpfs: size the directory for ``capacity +
+it is renamed away from its object name first (so nobody can open it any more) and then
+its write lock is tried (``objects.readers.readers_state``), which is free only when no
+value made from the file lives anywhere. A file still viewed waits under a hidden name
+until :func:`promote_waiting` finds its readers gone. The node manager also fills the
+pool ahead of demand (:func:`allocate_pool_files`, sized by ``objects.pool.WarmPool``),
+in a low-priority thread. Pool files still occupy the tmpfs: size the directory for ``capacity +
 recycle_limit``; writes empty the pool and retry once when the disk is full.
 
 **Kept mappings.** Mapping a 100 MiB file in (``MAP_POPULATE``) and out again costs a
 writer 5-8 ms, about as much as the copy. So a process keeps the populated mapping of
 each pooled file it wrote (``objects.kept_maps``); once the object in it is freed (its
-file waits in ``.free/`` as ``.busy-``: the writer's own descriptor counts), and a write
-lease on the kept descriptor shows nobody else has it open or mapped, the writer claims
-it by renaming it and writes its next object of a fitting size through the same mapping.
+file is in ``.free/``) and the write lock on the kept descriptor shows no value views it,
+the writer claims it by renaming it and writes its next object of a fitting size through
+the same mapping.
 A file that another process still views is never rewritten, as in recycling.
 """
 
@@ -68,7 +67,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import errno
-import fcntl
 import functools
 import itertools
 import mmap
@@ -80,16 +78,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nbcluster._runtime.objects.dirs import free_bytes
-from nbcluster._runtime.objects.kept_maps import KeptMap, kept_maps, lease_state
-from nbcluster._runtime.objects.mapped import MAPPED_LINGER_S, MappedObjects, populate
+from nbcluster._runtime.objects.kept_maps import KeptMap, kept_maps
+from nbcluster._runtime.objects.readers import (
+    LOCKS,
+    RECYCLE_MIN_SIZE,
+    open_locked,
+    reader_maps,
+    readers_state,
+)
 
 if TYPE_CHECKING:
     from nbcluster._runtime.serialization import SerializedValue
 
 __all__ = [
     "FREE_DIR",
-    "MAPPED_LINGER_S",
-    "MappedObjects",
     "RECYCLE_MIN_SIZE",
     "allocate_pool_files",
     "delete_object",
@@ -97,7 +99,6 @@ __all__ = [
     "free_pool_bytes",
     "object_path",
     "pool_file_sizes",
-    "populate",
     "promote_waiting",
     "read_object",
     "restore_object",
@@ -109,8 +110,6 @@ __all__ = [
 
 #: Smallest recycled file written through a mapping instead of ``pwritev``.
 MAPPED_WRITE_MIN = 1 << 20
-#: Smallest object file worth keeping for reuse.
-RECYCLE_MIN_SIZE = 1 << 20
 #: Subdirectory of a store directory holding freed files kept for reuse.
 FREE_DIR = ".free"
 
@@ -123,7 +122,6 @@ _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if os.sysconf("SC_IOV_MAX") > 0 e
 _MAX_RW = 0x7FFFF000  # Linux moves at most this many bytes per read/write call
 _COPY_CHUNK = 8 << 20
 _ZERO_CHUNK = 1 << 20
-_LEASES = hasattr(fcntl, "F_SETLEASE")
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
@@ -171,9 +169,9 @@ def write_object(
     size = value.total_size
     chunks = value.chunks()
     tmp = _temp_path(store_dir, object_id)
-    if size >= MAPPED_WRITE_MIN:
-        busy = [path for _, path in _pool_files(store_dir, _BUSY_PREFIX)]
-        kept, released = kept_maps.claim(busy, size, tmp)
+    if size >= MAPPED_WRITE_MIN and len(kept_maps):
+        freed = _pool_files(store_dir, _BUSY_PREFIX) + _pool_files(store_dir)
+        kept, released = kept_maps.claim([path for _, path in freed], size, tmp)
         if kept is not None:
             return _write_kept(kept, tmp, final, chunks, reserve)
         if released:
@@ -255,31 +253,24 @@ def _keep(kept: KeptMap) -> None:
 def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
     """Map ``object_id`` read-only; ``None`` if it is not in ``store_dir``.
 
-    The mapping lives as long as the returned view or anything sliced from it (numpy
-    arrays from ``deserialize`` included), and stays valid if the file is deleted.
-    Before Python 3.13, ``mmap`` keeps a duplicate descriptor open per live mapping, so
-    a process holding many objects needs a generous ``RLIMIT_NOFILE``.
+    The view (and anything sliced from it, numpy arrays from ``deserialize`` included)
+    stays valid however long it lives: a large object's file is not reused while a view
+    of it lives (it holds the file's read lock, ``objects.readers``), and a mapping stays
+    valid if its file is deleted or spilled. The mapping of a large file is kept after
+    the view is gone, for the next object written into the same file.
     """
-    try:
-        fd = os.open(object_path(store_dir, object_id), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        mapping = mmap.mmap(fd, 0, prot=mmap.PROT_READ, **_MMAP_KW)
-    finally:
-        os.close(fd)
-    return memoryview(mapping)
+    return reader_maps.read(object_path(store_dir, object_id))
 
 
 def delete_object(store_dir: str, object_id: bytes, *, recycle_limit: int = 0) -> int:
     """Remove ``object_id`` from ``store_dir``; return the bytes it held (0 if absent).
 
-    With ``recycle_limit > 0``, a file of at least ``RECYCLE_MIN_SIZE`` that nobody maps
-    or has open goes to the reuse pool instead, as long as the pool stays within
+    With ``recycle_limit > 0``, a file of at least ``RECYCLE_MIN_SIZE`` that no value
+    views goes to the reuse pool instead, as long as the pool stays within
     ``recycle_limit`` bytes. Mappings of the object made earlier stay valid either way.
     """
     path = object_path(store_dir, object_id)
-    if recycle_limit > 0 and _LEASES:
+    if recycle_limit > 0 and LOCKS:
         freed = _recycle(store_dir, path, recycle_limit)
         if freed is not None:
             return freed
@@ -301,7 +292,9 @@ def spill_object(store_dir: str, spill_dir: str, object_id: bytes) -> int:
     """
     src = object_path(store_dir, object_id)
     dst = object_path(spill_dir, object_id)
-    fd_in = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    fd_in = open_locked(src)
+    if fd_in is None:
+        raise FileNotFoundError(errno.ENOENT, "object not in the store", src)
     try:
         size = os.fstat(fd_in).st_size
         try:
@@ -404,11 +397,11 @@ def promote_waiting(store_dir: str) -> int:
     promoted = 0
     for size, path in _pool_files(store_dir, _BUSY_PREFIX):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
         try:
-            if lease_state(fd) == "free":
+            if readers_state(fd) == "free":
                 unique = os.path.basename(path).split("-", 2)[2]
                 try:
                     os.rename(path, os.path.join(os.path.dirname(path), f"{size}-{unique}"))
@@ -447,7 +440,7 @@ def _pool_files(store_dir: str, prefix: str = "") -> list[tuple[int, str]]:
 def _recycle(store_dir: str, path: str, limit: int) -> int | None:
     """Move a freed object file into the pool; ``None`` means "unlink it instead"."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         return 0
     try:
@@ -462,10 +455,10 @@ def _recycle(store_dir: str, path: str, limit: int) -> int | None:
             os.rename(path, checking)  # from here on nobody can open it by its object name
         except FileNotFoundError:
             return 0
-        state = lease_state(fd)
+        state = readers_state(fd)
         if state == "free":
             os.rename(checking, os.path.join(free_dir, f"{size}-{unique}"))
-        elif state == "busy":  # still mapped: wait (hidden) until promote_waiting sees it free
+        elif state == "busy":  # still viewed: wait (hidden) until promote_waiting sees it free
             os.rename(checking, os.path.join(free_dir, f"{_BUSY_PREFIX}{size}-{unique}"))
         else:
             os.unlink(checking)

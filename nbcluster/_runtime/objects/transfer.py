@@ -41,6 +41,8 @@ import struct
 import threading
 from collections.abc import Callable
 
+from nbcluster._runtime.objects.readers import open_locked
+
 __all__ = [
     "AuthFailed",
     "DataServer",
@@ -218,9 +220,8 @@ class DataServer:
             conn.sendall(_REPLY.pack(MISSING, 0, 0))
             return True
         path, _ = where
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:  # freed or spilled between locate and open
+        fd = open_locked(path)  # (the file is not reused while we send it)
+        if fd is None:  # freed or spilled between locate and open
             conn.sendall(_REPLY.pack(MISSING, 0, 0))
             return True
         with os.fdopen(fd, "rb", buffering=0) as f:

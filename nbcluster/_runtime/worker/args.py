@@ -5,10 +5,11 @@ The owner sends a task's top-level ``ObjectRef`` arguments already resolved
 location of its object in the node's store. A stored argument is mapped read-only
 (``objects.store.read_object``) and deserialized from that mapping, so a numpy array
 argument is a read-only view of the store's shared memory: no copy, however large (as in
-Ray, writing to it raises ``ValueError``; copy it first to modify it). Mappings are kept
-in :class:`~nbcluster._runtime.objects.mapped.MappedObjects` while more tasks are queued,
-so tasks sharing an argument (``put`` once, many tasks) map it, and fault its pages in,
-once per worker.
+Ray, writing to it raises ``ValueError``; copy it first to modify it). The worker keeps
+the file's mapping after the task (``objects.readers``): tasks sharing an argument (``put``
+once, many tasks), and a new object written into a file the worker read before, need no
+new mapping and fault no page in; the argument's view holds the file's read lock only
+while the task's values use it, so the file is free for reuse as soon as they are gone.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from nbcluster._runtime.core.args import ArgPlaceholder
-from nbcluster._runtime.objects.mapped import MappedObjects, populate
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.serialization import deserialize
 
@@ -26,7 +26,6 @@ __all__ = ["resolve_task_args"]
 
 def resolve_task_args(
     spec: pb.TaskSpec,
-    mapped: MappedObjects,
     map_location: Callable[[pb.ObjectLocation], memoryview],
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The ``(args, kwargs)`` a task is called with.
@@ -34,7 +33,7 @@ def resolve_task_args(
     ``spec.args`` holds the pickled ``(args, kwargs)`` with an :class:`ArgPlaceholder`
     for each top-level ref argument; the i-th placeholder becomes the value of
     ``spec.resolved_args[i]``. A stored value is deserialized straight from its read-only
-    mapping (found in ``mapped``, or made by ``map_location`` and kept there).
+    mapping (``map_location``).
     """
     args, kwargs = deserialize(spec.args)
     if not spec.resolved_args:
@@ -42,12 +41,7 @@ def resolve_task_args(
     values = []
     for loc in spec.resolved_args:
         if loc.in_store:
-            buf = mapped.get(loc.object_id)
-            if buf is None:
-                buf = map_location(loc)
-                populate(buf)  # one call instead of a page fault per 64 KiB read
-                mapped.keep(loc.object_id, buf)
-            values.append(deserialize(buf))
+            values.append(deserialize(map_location(loc)))
         else:
             values.append(deserialize(loc.data))
 

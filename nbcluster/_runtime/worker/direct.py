@@ -195,8 +195,7 @@ class DirectLoop:
     """The main thread's wait: direct channels, and a wake-up for queued work.
 
     ``run_call(spec, stream)`` runs one call and sends its reply; ``drain_queue()`` takes
-    work queued by the I/O loop (returns False when the worker should stop); ``idle()``
-    runs when nothing happened for ``idle_after()`` seconds (None: wait forever);
+    work queued by the I/O loop (returns False when the worker should stop);
     ``dropped(stream)`` runs when a channel ended (a lease's goes back to its node);
     ``requeued(spec)`` is the reply to a task that arrives while the running one blocks.
     """
@@ -212,8 +211,6 @@ class DirectLoop:
         run_call: Callable[[pb.TaskSpec, DirectStream], None],
         drain_queue: Callable[[], bool],
         register: Callable[[pb.TaskSpec, DirectStream], None],
-        idle_after: Callable[[], float | None],
-        idle: Callable[[], None],
         dropped: Callable[[DirectStream], None] | None = None,
         requeued: Callable[[pb.TaskSpec], pb.TaskReply] | None = None,
     ) -> None:
@@ -222,8 +219,6 @@ class DirectLoop:
         self._run_call = run_call
         self._drain_queue = drain_queue
         self._register = register
-        self._idle_after = idle_after
-        self._idle = idle
         self._dropped = dropped
         self._requeued = requeued
         self._selector = selectors.DefaultSelector()
@@ -277,10 +272,7 @@ class DirectLoop:
                     pass
                 answered = False
             if not events:
-                events = look(self._idle_after())
-            if not events:
-                self._idle()
-                continue
+                events = look(None)
             for key, _ in events:
                 if key.data is _WAKE:
                     if not self._on_wake():

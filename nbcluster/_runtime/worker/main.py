@@ -29,7 +29,6 @@ from nbcluster._runtime import exceptions as exc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.driver import CoreDriver
-from nbcluster._runtime.objects.store import MAPPED_LINGER_S, MappedObjects
 from nbcluster._runtime.protocol import faults
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
@@ -134,7 +133,6 @@ class Executor:
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, ReplySink]] = {}
         self.output = OutputCapture()
-        self.mapped = MappedObjects()  # large arguments, kept while more tasks are queued
         self.actor: Any = None
         self.actor_id = b""
         self.actor_resources: dict[str, float] = {}  # granted at creation, kept by its calls
@@ -290,8 +288,6 @@ class Executor:
             run_call=self._run_one,
             drain_queue=self._drain_queue,
             register=self._register_direct,
-            idle_after=lambda: MAPPED_LINGER_S if len(self.mapped) else None,
-            idle=self.mapped.clear,
             dropped=self._direct_dropped,
             requeued=self._requeue_reply,
         )
@@ -403,7 +399,7 @@ class Executor:
         return fn
 
     def resolve_args(self, spec: pb.TaskSpec) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return resolve_task_args(spec, self.mapped, self.client.map_from_store_location)
+        return resolve_task_args(spec, self.client.map_from_store_location)
 
     # -- actors ----------------------------------------------------------------------------
     def create_actor(self, spec: pb.TaskSpec) -> pb.TaskReply:

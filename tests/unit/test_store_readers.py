@@ -1,0 +1,196 @@
+"""Readers of store files: locks held by live values, mappings kept across objects."""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+from nbcluster._runtime.objects import kept_maps as km
+from nbcluster._runtime.objects import readers, store
+from nbcluster._runtime.serialization import deserialize, serialize
+
+MiB = 1 << 20
+SIZE = 4 * MiB
+
+pytestmark = pytest.mark.skipif(not readers.LOCKS, reason="needs Linux OFD locks")
+
+
+@pytest.fixture
+def shm_dir():
+    """A private store directory on /dev/shm; no kept mappings before or after."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    path = tempfile.mkdtemp(prefix="nbc-test-readers-", dir="/dev/shm")
+    km.kept_maps.clear()
+    readers.reader_maps.clear()
+    yield path
+    gc.collect()
+    km.kept_maps.clear()
+    readers.reader_maps.clear()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def oid(n: int) -> bytes:
+    return n.to_bytes(20, "big")
+
+
+def inode(shm_dir: str, n: int) -> int:
+    return os.stat(store.object_path(shm_dir, oid(n))).st_ino
+
+
+def put(shm_dir: str, n: int, fill: float) -> None:
+    store.write_object(shm_dir, oid(n), serialize(np.full(SIZE // 8, fill)))
+
+
+def free(shm_dir: str, n: int) -> int:
+    return store.delete_object(shm_dir, oid(n), recycle_limit=64 * MiB)
+
+
+def state_of(path: str) -> str:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return readers.readers_state(fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_reader_keeps_its_mapping_for_the_next_object_in_the_same_file(shm_dir) -> None:
+    store.allocate_pool_files(shm_dir, [SIZE + MiB])
+    rm = readers.reader_maps
+    put(shm_dir, 1, 1.0)
+    first = inode(shm_dir, 1)
+    mapped, reused = rm.mapped, rm.reused
+    assert deserialize(store.read_object(shm_dir, oid(1)))[0] == 1.0
+    assert (rm.mapped, rm.reused) == (mapped + 1, reused)
+    gc.collect()
+    free(shm_dir, 1)  # the value is gone: pooled, though we keep the file mapped
+    assert len(store.pool_file_sizes(shm_dir)) == 1
+    put(shm_dir, 2, 2.0)  # the writer takes the same file back
+    assert inode(shm_dir, 2) == first
+    got = deserialize(store.read_object(shm_dir, oid(2)))
+    np.testing.assert_array_equal(got, np.full(SIZE // 8, 2.0))  # the new contents
+    assert (rm.mapped, rm.reused) == (mapped + 1, reused + 1)  # through the kept mapping
+
+
+def test_any_value_made_from_a_read_holds_its_lock(shm_dir) -> None:
+    put(shm_dir, 1, 1.0)
+    view = store.read_object(shm_dir, oid(1))
+    arr = deserialize(view)[1000:2000]  # a slice of an array built on a slice of the view
+    del view
+    gc.collect()
+    path = store.object_path(shm_dir, oid(1))
+    assert state_of(path) == "busy"
+    free(shm_dir, 1)
+    assert store.pool_file_sizes(shm_dir) == []  # waits: the slice still views it
+    assert arr.sum() == 1000.0
+    del arr
+    gc.collect()
+    assert store.promote_waiting(shm_dir) > 0
+
+
+def test_two_reads_of_one_file_release_its_lock_after_both(shm_dir) -> None:
+    put(shm_dir, 1, 1.0)
+    path = store.object_path(shm_dir, oid(1))
+    a = deserialize(store.read_object(shm_dir, oid(1)))
+    b = deserialize(store.read_object(shm_dir, oid(1)))
+    del a
+    gc.collect()
+    assert state_of(path) == "busy"
+    del b
+    gc.collect()
+    assert state_of(path) == "free"
+
+
+def test_a_read_racing_the_objects_free_reads_nothing(shm_dir, monkeypatch) -> None:
+    # The reader opens the file by its name, then takes the lock; if the file was renamed
+    # away (freed) in between, it may already be rewritten: the read must not use it.
+    put(shm_dir, 1, 1.0)
+    path = store.object_path(shm_dir, oid(1))
+    real = readers._lock
+    moved = os.path.join(shm_dir, "freed-meanwhile")
+
+    def lock_after_free(fd: int, kind: int, wait: bool) -> bool:
+        if os.path.exists(path):
+            os.rename(path, moved)
+        return real(fd, kind, wait)
+
+    monkeypatch.setattr(readers, "_lock", lock_after_free)
+    assert store.read_object(shm_dir, oid(1)) is None
+    monkeypatch.setattr(readers, "_lock", real)
+    assert state_of(moved) == "free"  # and it left no lock behind
+
+
+def test_open_locked_holds_the_lock_until_closed(shm_dir) -> None:
+    put(shm_dir, 1, 1.0)
+    path = store.object_path(shm_dir, oid(1))
+    fd = readers.open_locked(path)
+    assert fd is not None
+    assert state_of(path) == "busy"
+    os.close(fd)
+    assert state_of(path) == "free"
+    assert readers.open_locked(os.path.join(shm_dir, "missing")) is None
+
+
+def test_small_files_are_neither_locked_nor_kept(shm_dir) -> None:
+    store.write_object(shm_dir, oid(1), serialize(np.ones(1000)))
+    held = deserialize(store.read_object(shm_dir, oid(1)))
+    assert len(readers.reader_maps) == 0
+    assert held.sum() == 1000.0
+
+
+def test_kept_mappings_are_bounded_and_expire(shm_dir) -> None:
+    for n in (1, 2):
+        put(shm_dir, n, float(n))
+    rm = readers.ReaderMaps(max_files=1, linger_s=3600)
+    a = deserialize(rm.read(store.object_path(shm_dir, oid(1))))
+    b = deserialize(rm.read(store.object_path(shm_dir, oid(2))))
+    assert len(rm) == 2  # both viewed: both kept whatever the limit
+    del a, b
+    gc.collect()
+    assert len(rm) == 1  # one unviewed file at most
+    rm.clear()
+
+    rm = readers.ReaderMaps(linger_s=0.05)
+    c = deserialize(rm.read(store.object_path(shm_dir, oid(1))))
+    del c
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while len(rm) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(rm) == 0  # an idle process keeps no mapping
+
+
+def test_a_forked_child_forgets_its_parents_mappings(shm_dir) -> None:
+    put(shm_dir, 1, 1.0)
+    held = deserialize(store.read_object(shm_dir, oid(1)))
+    path = store.object_path(shm_dir, oid(1))
+    pid = os.fork()
+    if pid == 0:  # child: no kept files; the parent's lock is untouched by our exit
+        code = 0 if len(readers.reader_maps) == 0 else 1
+        del held
+        gc.collect()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert state_of(path) == "busy"  # still ours
+    assert held[0] == 1.0
+
+
+def test_a_deleted_files_mapping_goes_at_the_next_new_mapping(shm_dir) -> None:
+    # Its memory is freed only when the last mapping goes: a reader does not keep it.
+    for n in (1, 2):
+        put(shm_dir, n, float(n))
+    rm = readers.ReaderMaps(linger_s=3600)
+    a = deserialize(rm.read(store.object_path(shm_dir, oid(1))))
+    del a
+    gc.collect()
+    assert len(rm) == 1
+    os.unlink(store.object_path(shm_dir, oid(1)))  # freed and not pooled
+    b = deserialize(rm.read(store.object_path(shm_dir, oid(2))))
+    assert len(rm) == 1 and b[0] == 2.0  # only the file still viewed
