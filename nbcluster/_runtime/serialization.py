@@ -82,6 +82,7 @@ __all__ = [
     "function_hash",
     "make_pickler",
     "note_contained_ref",
+    "register_plain_type",
     "register_reducer",
     "register_ref_deserializer_hook",
     "serialize",
@@ -106,7 +107,9 @@ _dumps = pickle.dumps
 _loads = pickle.loads
 
 # Exact types for which plain pickle and cloudpickle produce the same stream.
-_PLAIN_TYPES = frozenset({int, float, str, bytes, bool, type(None), complex})
+# Types the C pickler writes alone (no ObjectRef, buffer or closure inside), so a value made
+# of them skips cloudpickle; extended by ``register_plain_type``.
+_PLAIN_TYPES = {int, float, str, bytes, bool, type(None), complex}
 _PLAIN_CONTAINERS = frozenset({tuple, list, dict})
 _PLAIN_MAX_ITEMS = 16
 
@@ -308,6 +311,16 @@ def serialize(value: object, *, what: str = "value", name: str = "value") -> Ser
     if sys.getrecursionlimit() > _SAFE_RECURSION_LIMIT:
         return _call_with_large_stack(_serialize_slow, value, what, name)
     return _serialize_slow(value, what, name)
+
+
+def register_plain_type(cls: type) -> None:
+    """Let values of ``cls`` take the fast path of :func:`serialize` (the C pickler alone).
+
+    Only for a class importable by name whose instances hold nothing but plain values
+    (no ``ObjectRef``, buffer, function or lambda): the runtime's own small records, such
+    as the placeholders of a call's ref arguments (``core.args``).
+    """
+    _PLAIN_TYPES.add(cls)
 
 
 def _plain_items(value: Any, t: type, depth: int = 2) -> bool:

@@ -127,6 +127,19 @@ def test_plain_fast_path_is_used_only_for_builtin_types() -> None:
     assert roundtrip(MyInt(5)) == 5 and type(roundtrip(MyInt(5))).__name__ == "MyInt"
 
 
+def test_a_calls_ref_placeholders_take_the_fast_path() -> None:
+    # f.remote(ref): (args, kwargs) with a placeholder for the ref (core/args.py) is
+    # pickled by the C pickler alone, like plain values, and comes back the same.
+    from nbcluster._runtime.core.args import ArgPlaceholder
+
+    call = ((ArgPlaceholder(0), 3), {"y": ArgPlaceholder(1)})
+    sv = serialize(call)
+    assert type(sv) is not SerializedValue
+    assert sv.meta == cloudpickle.dumps(call, protocol=5)
+    (a, b), kw = deserialize(sv.to_bytes())
+    assert (type(a), a.index, b, kw["y"].index) == (ArgPlaceholder, 0, 3, 1)
+
+
 def test_plain_fast_path_emits_the_same_stream_as_cloudpickle() -> None:
     for value in (5, "x", (1, "a", 2.0), {"a": [1][0], "b": None}, [1.5, b"z"]):
         assert serialize(value).meta == cloudpickle.dumps(value, protocol=5)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nbcluster._runtime.serialization import register_plain_type
+
 
 class ArgPlaceholder:
     """Stands for the i-th top-level ref argument; the worker swaps in its value."""
@@ -18,3 +20,6 @@ class ArgPlaceholder:
 
     def __repr__(self) -> str:
         return f"ArgPlaceholder({self.index})"
+
+
+register_plain_type(ArgPlaceholder)  # a call's (args, kwargs) stays on the fast path
