@@ -5,7 +5,10 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -194,3 +197,41 @@ def test_a_deleted_files_mapping_goes_at_the_next_new_mapping(shm_dir) -> None:
     os.unlink(store.object_path(shm_dir, oid(1)))  # freed and not pooled
     b = deserialize(rm.read(store.object_path(shm_dir, oid(2))))
     assert len(rm) == 1 and b[0] == 2.0  # only the file still viewed
+
+
+def test_a_read_released_by_a_collection_inside_the_lock_does_not_deadlock(shm_dir) -> None:
+    # A value in a reference cycle is freed by the garbage collector, which may run at
+    # any allocation, including one made while the reader's lock is held.
+    put(shm_dir, 1, 1.0)
+    path = store.object_path(shm_dir, oid(1))
+    rm = readers.ReaderMaps(linger_s=3600)
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.me = holder  # type: ignore[attr-defined]
+    holder.value = deserialize(rm.read(path))  # type: ignore[attr-defined]
+    del holder
+    done = threading.Event()
+
+    def collect_under_the_lock() -> None:
+        with rm._lock:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=collect_under_the_lock, daemon=True).start()
+    assert done.wait(30)
+    assert state_of(path) == "free"
+
+
+def test_a_process_that_exits_holding_values_exits_quietly(shm_dir) -> None:
+    put(shm_dir, 1, 1.0)
+    code = (
+        "from nbcluster._runtime.objects import store\n"
+        "from nbcluster._runtime.serialization import deserialize\n"
+        f"held = deserialize(store.read_object({shm_dir!r}, {oid(1)!r}))\n"
+        "assert held[0] == 1.0\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()[-2000:]

@@ -195,7 +195,9 @@ class ReaderMaps:
         self.max_bytes = max_bytes
         self.linger_s = linger_s
         self._files: dict[tuple[int, int], _File] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a read's finalizer (``_release``) may run from a garbage collection
+        # that an allocation inside the lock sets off.
+        self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
         self.reused = 0  #: reads through a mapping kept from an earlier read
         self.mapped = 0  #: reads that had to map their file
@@ -261,7 +263,8 @@ class ReaderMaps:
             if grown:
                 _populate(mapping, size)
             exporter = np.frombuffer(mapping, dtype=np.uint8, count=size)
-            weakref.finalize(exporter, self._release, kept)
+            done = weakref.finalize(exporter, self._release, kept)
+            done.atexit = False  # (at exit the process's locks go with it)
         except BaseException:
             self._release(kept)
             raise
@@ -298,21 +301,21 @@ class ReaderMaps:
                 gone = os.fstat(f.fd).st_nlink == 0
             except OSError:
                 gone = True
-            if gone:
-                del self._files[key]
+            if gone and self._files.pop(key, None) is f:
                 dropped.append(f)
         return dropped
 
     def _trim(self) -> list[_File]:
         """Drop the least recently used unviewed files beyond the limits (lock held)."""
-        idle = sorted((f for f in self._files.values() if not f.views), key=lambda f: f.last_used)
+        files = list(self._files.values())
+        idle = sorted((f for f in files if not f.views), key=lambda f: f.last_used)
         total = sum(f.length for f in idle)
         dropped = []
         while idle and (len(idle) > self.max_files or total > self.max_bytes):
             old = idle.pop(0)
             total -= old.length
-            del self._files[(old.dev, old.ino)]
-            dropped.append(old)
+            if self._files.pop((old.dev, old.ino), None) is old:
+                dropped.append(old)
         return dropped
 
     def _arm(self) -> None:
@@ -325,14 +328,11 @@ class ReaderMaps:
         now = time.monotonic()
         with self._lock:
             self._timer = None
-            old = [
-                f
-                for f in self._files.values()
-                if not f.views and now - f.last_used >= self.linger_s
-            ]
+            files = list(self._files.values())
+            old = [f for f in files if not f.views and now - f.last_used >= self.linger_s]
             for f in old:
-                del self._files[(f.dev, f.ino)]
-            if any(not f.views for f in self._files.values()):
+                self._files.pop((f.dev, f.ino), None)
+            if any(not f.views for f in files if f not in old):
                 self._arm()
         for f in old:
             f.close()
@@ -340,16 +340,16 @@ class ReaderMaps:
     def clear(self) -> None:
         """Drop every kept mapping no value views (for tests and shutdown)."""
         with self._lock:
-            old = [f for f in self._files.values() if not f.views]
+            old = [f for f in list(self._files.values()) if not f.views]
             for f in old:
-                del self._files[(f.dev, f.ino)]
+                self._files.pop((f.dev, f.ino), None)
         for f in old:
             f.close()
 
     def _forget_in_child(self) -> None:
         # A forked child must not hold its parent's files open (nor release its locks:
         # the parent's values still view them; the descriptors share the lock).
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._timer = None
         old, self._files = list(self._files.values()), {}
         for f in old:
