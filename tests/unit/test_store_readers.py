@@ -169,20 +169,46 @@ def test_kept_mappings_are_bounded_and_expire(shm_dir) -> None:
     assert len(rm) == 0  # an idle process keeps no mapping
 
 
-def test_a_forked_child_forgets_its_parents_mappings(shm_dir) -> None:
-    put(shm_dir, 1, 1.0)
+def test_a_forked_childs_inherited_values_hold_a_lock_of_their_own(shm_dir) -> None:
+    # A data loader's forked workers read an argument their parent holds: when the parent
+    # drops it first, the children's copies must still keep the file from being rewritten.
+    for n in (1, 2):
+        put(shm_dir, n, float(n))
     held = deserialize(store.read_object(shm_dir, oid(1)))
+    other = deserialize(store.read_object(shm_dir, oid(2)))
+    del other
+    gc.collect()  # object 2's file stays mapped here, viewed by nothing
     path = store.object_path(shm_dir, oid(1))
+    go_r, go_w = os.pipe()
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: no kept files; the parent's lock is untouched by our exit
-        code = 0 if len(readers.reader_maps) == 0 else 1
+    if pid == 0:  # child
+        code = 1
+        try:
+            os.close(go_w)
+            os.close(ready_r)
+            code = 0 if len(readers.reader_maps) == 1 else 2  # only the viewed file
+            os.write(ready_w, b"x")
+            os.read(go_r, 1)  # the parent has dropped its value
+            code = code or (0 if held[0] == 1.0 else 3)
+            del held
+            gc.collect()
+            code = code or (0 if state_of(path) == "free" else 4)  # ours went with it
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 1) == b"x"
         del held
         gc.collect()
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
+        assert state_of(path) == "busy"  # the child's value still views it
+    finally:
+        os.write(go_w, b"x")
+        _, status = os.waitpid(pid, 0)
+        os.close(go_w)
+        os.close(ready_r)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert state_of(path) == "busy"  # still ours
-    assert held[0] == 1.0
 
 
 def test_a_deleted_files_mapping_goes_at_the_next_new_mapping(shm_dir) -> None:

@@ -347,13 +347,32 @@ class ReaderMaps:
             f.close()
 
     def _forget_in_child(self) -> None:
-        # A forked child must not hold its parent's files open (nor release its locks:
-        # the parent's values still view them; the descriptors share the lock).
+        """After ``fork``: the child keeps only the files its inherited values view, each
+        under a read lock of its own.
+
+        The child shares the parent's open file descriptions, and so its locks: when the
+        parent's values are gone, the parent's unlock would leave the child's copies (a
+        data loader's forked workers reading an argument, say) unprotected. So the child
+        opens each such file anew (through ``/proc/self/fd``, which works after a rename
+        or an unlink) and locks that; the rest it closes.
+        """
         self._lock = threading.RLock()
         self._timer = None
-        old, self._files = list(self._files.values()), {}
-        for f in old:
-            f.close()  # (the parent's values' finalizers then find nothing to release)
+        files, self._files = self._files, {}
+        for key, f in files.items():
+            inherited, f.fd = f.fd, -1
+            if f.views:
+                with contextlib.suppress(OSError):
+                    fd = os.open(f"/proc/self/fd/{inherited}", os.O_RDONLY | os.O_CLOEXEC)
+                    if _lock(fd, fcntl.F_RDLCK, wait=False):
+                        f.fd = fd
+                        self._files[key] = f
+                    else:
+                        os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(inherited)  # (the parent's descriptor keeps its own lock)
+            if f.fd < 0:
+                f.mapping = None
 
 
 def _map_once(fd: int, size: int) -> memoryview:
