@@ -312,6 +312,30 @@ def test_after_kill_the_caller_holds_the_actor_and_its_descendants_dead_at_once(
     assert p2.state == pb.ActorInfo.ALIVE and c2.state == pb.ActorInfo.DEAD
 
 
+def test_a_kill_whose_actor_the_heads_news_ended_first_still_ends_its_children() -> None:
+    """The head's news that the killed actor died may reach the caller before ``kill``
+    returns: its children must still be held dead at once (their own news comes later,
+    and a call sent to a child not yet stopped would be answered)."""
+    st = ActorCallState()
+    parent = _conn(st, b"parent", "w:1", owner="driver")
+    child = _conn(st, b"child", "w:2", owner="w:1")
+    st.actor_info(
+        parent,
+        pb.ActorInfo(
+            actor_id=b"parent",
+            state=pb.ActorInfo.DEAD,
+            address="w:1",
+            owner_address="driver",
+            death_cause="killed",
+            version=2,
+        ),
+    )
+    assert parent.state == pb.ActorInfo.DEAD and child.state == pb.ActorInfo.ALIVE
+    st.killed(b"parent", no_restart=True)
+    assert child.state == pb.ActorInfo.DEAD
+    assert "(its owner) was killed" in str(child.death)
+
+
 def test_an_actor_that_ended_itself_says_so_and_survives_pickling() -> None:
     err = exc.ActorDiedError("ab", reason="exit_actor() was called in stop", exited=True)
     again = cloudpickle.loads(cloudpickle.dumps(err))

@@ -310,13 +310,15 @@ class ActorCallState:
     def killed(self, actor_id: bytes, no_restart: bool) -> Out:
         """``nbcluster.kill`` returned. The head ended the actor (and, having stopped its
         process, every non-detached actor it created, and theirs): treat them as dead here
-        too, so a call made after ``kill`` returned fails at once."""
+        too, so a call made after ``kill`` returned fails at once. The actor itself may be
+        dead here already (the head's news of its death came first); its children are
+        still held dead here, as the head ended them too."""
         conn = self.conns.get(actor_id)
-        if conn is None or conn.state == DEAD:
+        if conn is None:
             return []
         out: Out = []
         address = conn.address or (conn.info.address if conn.info is not None else "")
-        if no_restart:
+        if no_restart and conn.state != DEAD:
             out += self._dead(
                 conn,
                 exc.ActorDiedError(
