@@ -289,3 +289,29 @@ def test_a_task_its_owners_thread_wrote_asks_for_a_poll_after_it() -> None:
     finally:
         caller.close()
         direct.close()
+
+
+def test_a_read_takes_a_frame_longer_than_one_recv_and_what_came_before_the_end() -> None:
+    a, b = socket.socketpair()
+    try:
+        stream = DirectStream(b, MAX_FRAME)
+        big = pb.TaskBatch(tasks=[pb.TaskSpec(task_id=b"big!", args=b"x" * 300_000)])
+        sender = threading.Thread(target=a.sendall, args=(frame(big) + frame(specs(7)),))
+        sender.start()  # (a socket pair's buffer holds less than the whole)
+        got: list[pb.TaskBatch] = []
+        while len(got) < 2:
+            batches = stream.read()
+            assert batches is not None
+            got += batches
+        sender.join(10)
+        assert [t.task_id for g in got for t in g.tasks] == [b"big!", bytes([7]) * 4]
+        assert got[0].tasks[0].args == b"x" * 300_000
+        assert stream.read() == []  # nothing there: no block, nothing lost
+        a.sendall(frame(specs(9)))
+        a.close()
+        last = stream.read()  # the calls that came before the end first...
+        assert last is not None and [t.task_id for t in last[0].tasks] == [bytes([9]) * 4]
+        assert stream.read() is None  # ...then the end
+    finally:
+        a.close()
+        b.close()

@@ -47,7 +47,10 @@ log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("<I")
 _WAKE = object()
-_READ_SIZE = 1 << 20
+#: Bytes per ``recv``. A bigger buffer is above malloc's mmap threshold: each call would map
+#: and unmap it, 15 µs of a 120-byte call's read here against 1.7 µs (a frame that is
+#: longer is read in several).
+_READ_SIZE = 1 << 16
 
 
 class DirectStream:
@@ -156,6 +159,28 @@ class DirectStream:
         except OSError as err:
             log.debug("direct channel: write failed: %r", err)
             self.hang_up()
+
+    def read(self) -> list[pb.TaskBatch] | None:
+        """The batches completed by what the socket holds now, read without blocking until
+        it is empty; None when the channel ended or broke, or a frame is over the limit
+        (bytes read before its end are fed first: the next read meets the end)."""
+        sock = self.sock
+        out: list[pb.TaskBatch] = []
+        while True:
+            try:
+                data = sock.recv(_READ_SIZE, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return out
+            except OSError:
+                data = b""
+            if not data:
+                return out or None
+            batches = self.feed(data)
+            if batches is None:
+                return None
+            out += batches
+            if len(data) < _READ_SIZE:
+                return out
 
     def feed(self, data: bytes) -> list[pb.TaskBatch] | None:
         """Frames completed by ``data``; None when a frame is over the limit."""
@@ -302,11 +327,7 @@ class DirectLoop:
     def _on_readable(self, stream: DirectStream) -> bool:
         """Run the calls that came on ``stream``; True when the last asks for a poll
         after it (``TaskSpec.poll_after``)."""
-        try:
-            data = stream.sock.recv(_READ_SIZE)
-        except OSError:
-            data = b""
-        batches = stream.feed(data) if data else None
+        batches = stream.read()
         if batches is None:
             self._drop(stream)
             return False
@@ -410,13 +431,7 @@ class DirectLoop:
     def _on_lent_readable(self, stream: DirectStream) -> None:
         """The loop reads a lent channel: every task on it goes back to its owner."""
         assert self.loop is not None and self._requeued is not None
-        try:
-            data = stream.sock.recv(_READ_SIZE, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        batches = stream.feed(data) if data else None
+        batches = stream.read()
         if batches is None:  # the owner hung up (or broke a frame): the main thread drops it
             with contextlib.suppress(ValueError, OSError):
                 self.loop.remove_reader(stream.fd)
