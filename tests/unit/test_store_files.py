@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import warnings
 
@@ -21,16 +20,6 @@ from nbcluster._runtime.objects import dirs, store
 from nbcluster._runtime.serialization import ALIGNMENT, deserialize, serialize
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def shm_dir():
-    """A private directory on /dev/shm (tmpfs), removed afterwards."""
-    if not os.path.isdir("/dev/shm"):
-        pytest.skip("no /dev/shm")
-    path = tempfile.mkdtemp(prefix="nbc-test-store-", dir="/dev/shm")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def oid(n: int) -> bytes:

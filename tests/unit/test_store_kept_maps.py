@@ -5,51 +5,14 @@ from __future__ import annotations
 import gc
 import mmap
 import os
-import shutil
-import tempfile
 import time
 
 import numpy as np
-import pytest
+from store_util import SIZE, MiB, free, inode, oid, put, value
 
 from nbcluster._runtime.objects import kept_maps as km
 from nbcluster._runtime.objects import store
 from nbcluster._runtime.serialization import deserialize, serialize
-
-MiB = 1 << 20
-SIZE = 4 * MiB
-
-
-@pytest.fixture
-def shm_dir():
-    """A private store directory on /dev/shm, and a clean set of kept mappings."""
-    if not os.path.isdir("/dev/shm"):
-        pytest.skip("no /dev/shm")
-    path = tempfile.mkdtemp(prefix="nbc-test-kept-", dir="/dev/shm")
-    km.kept_maps.clear()
-    yield path
-    km.kept_maps.clear()
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def oid(n: int) -> bytes:
-    return n.to_bytes(20, "big")
-
-
-def inode(shm_dir: str, n: int) -> int:
-    return os.stat(store.object_path(shm_dir, oid(n))).st_ino
-
-
-def value(fill: float) -> np.ndarray:
-    return np.full(SIZE // 8, fill)
-
-
-def put(shm_dir: str, n: int, fill: float) -> None:
-    store.write_object(shm_dir, oid(n), serialize(value(fill)))
-
-
-def free(shm_dir: str, n: int) -> None:
-    store.delete_object(shm_dir, oid(n), recycle_limit=64 * MiB)
 
 
 def test_fits_only_files_that_hold_the_object_and_are_not_far_bigger() -> None:

@@ -4,55 +4,19 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import numpy as np
 import pytest
+from store_util import SIZE, MiB, free, inode, oid, put
 
-from nbcluster._runtime.objects import kept_maps as km
 from nbcluster._runtime.objects import readers, store
 from nbcluster._runtime.serialization import deserialize, serialize
 
-MiB = 1 << 20
-SIZE = 4 * MiB
-
 pytestmark = pytest.mark.skipif(not readers.LOCKS, reason="needs Linux OFD locks")
-
-
-@pytest.fixture
-def shm_dir():
-    """A private store directory on /dev/shm; no kept mappings before or after."""
-    if not os.path.isdir("/dev/shm"):
-        pytest.skip("no /dev/shm")
-    path = tempfile.mkdtemp(prefix="nbc-test-readers-", dir="/dev/shm")
-    km.kept_maps.clear()
-    readers.reader_maps.clear()
-    yield path
-    gc.collect()
-    km.kept_maps.clear()
-    readers.reader_maps.clear()
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def oid(n: int) -> bytes:
-    return n.to_bytes(20, "big")
-
-
-def inode(shm_dir: str, n: int) -> int:
-    return os.stat(store.object_path(shm_dir, oid(n))).st_ino
-
-
-def put(shm_dir: str, n: int, fill: float) -> None:
-    store.write_object(shm_dir, oid(n), serialize(np.full(SIZE // 8, fill)))
-
-
-def free(shm_dir: str, n: int) -> int:
-    return store.delete_object(shm_dir, oid(n), recycle_limit=64 * MiB)
 
 
 def state_of(path: str) -> str:
@@ -252,12 +216,20 @@ def test_a_read_released_by_a_collection_inside_the_lock_does_not_deadlock(shm_d
 
 
 def test_a_process_that_exits_holding_values_exits_quietly(shm_dir) -> None:
+    """No release work at exit (the process's locks go with it), and nothing printed."""
     put(shm_dir, 1, 1.0)
+    put(shm_dir, 2, 2.0)
     code = (
-        "from nbcluster._runtime.objects import store\n"
+        "from nbcluster._runtime.objects import readers, store\n"
         "from nbcluster._runtime.serialization import deserialize\n"
+        "rm = readers.reader_maps\n"
+        "release = rm._release\n"
+        "rm._release = lambda kept: (print('released', flush=True), release(kept))\n"
         f"held = deserialize(store.read_object({shm_dir!r}, {oid(1)!r}))\n"
-        "assert held[0] == 1.0\n"
+        f"dropped = deserialize(store.read_object({shm_dir!r}, {oid(2)!r}))\n"
+        "assert held[0] == 1.0 and dropped[0] == 2.0\n"
+        "del dropped\n"  # released now: the only release this process makes
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()[-2000:]
+    assert result.stdout.decode().split() == ["released"]

@@ -9,8 +9,6 @@ reservation, and a refused one leaves no file behind.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -19,16 +17,6 @@ from nbcluster._runtime.objects import store
 from nbcluster._runtime.serialization import deserialize, serialize
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def shm_dir():
-    """A private directory on /dev/shm (tmpfs), removed afterwards."""
-    if not os.path.isdir("/dev/shm"):
-        pytest.skip("no /dev/shm")
-    path = tempfile.mkdtemp(prefix="nbc-test-reserve-", dir="/dev/shm")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _temp_files(store_dir: str) -> list[str]:

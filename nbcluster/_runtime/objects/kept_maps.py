@@ -37,6 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from nbcluster._runtime.objects.linger import Linger
 from nbcluster._runtime.objects.readers import LOCKS, readers_state
 
 __all__ = [
@@ -91,7 +92,7 @@ class KeptMaps:
         self.linger_s = linger_s
         self._maps: list[KeptMap] = []
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._linger = Linger(linger_s, self._lock, self._expired)
         self.reused = 0  #: writes that went into a kept mapping
 
     def __len__(self) -> int:
@@ -175,26 +176,15 @@ class KeptMaps:
             self._maps.append(kept)
             while len(self._maps) > self.max_files:
                 dropped.append(self._maps.pop(0))
-            if self._timer is None:
-                self._arm()
+            self._linger.arm()
         return dropped
 
-    def _arm(self) -> None:
-        timer = threading.Timer(self.linger_s, self._expire)
-        timer.daemon = True
-        self._timer = timer
-        timer.start()
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._timer = None
-            old = [k for k in self._maps if now - k.last_used >= self.linger_s]
-            self._maps = [k for k in self._maps if k not in old]
-            if self._maps:
-                self._arm()
-        for kept in old:
-            kept.close()
+    def _expired(self, now: float) -> tuple[list[KeptMap], bool]:
+        """(Linger, lock held) the kept maps unused for ``linger_s``, dropped; and whether
+        any are left."""
+        old = [k for k in self._maps if now - k.last_used >= self.linger_s]
+        self._maps = [k for k in self._maps if k not in old]
+        return old, bool(self._maps)
 
     def _drop(self, kept: KeptMap) -> None:
         with self._lock:
@@ -207,16 +197,14 @@ class KeptMaps:
         """Drop every kept mapping (its files wait for the node to pool them)."""
         with self._lock:
             old, self._maps = self._maps, []
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._linger.cancel()
         for kept in old:
             kept.close()
 
     def _forget_in_child(self) -> None:
         # A forked child must not hold its parent's files open (they would never pool).
         self._lock = threading.Lock()
-        self._timer = None
+        self._linger.after_fork(self._lock)
         old, self._maps = self._maps, []
         for kept in old:
             kept.close()

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nbcluster._runtime.objects.linger import Linger
+
 __all__ = [
     "LOCKS",
     "READER_LINGER_S",
@@ -198,7 +200,7 @@ class ReaderMaps:
         # Reentrant: a read's finalizer (``_release``) may run from a garbage collection
         # that an allocation inside the lock sets off.
         self._lock = threading.RLock()
-        self._timer: threading.Timer | None = None
+        self._linger = Linger(linger_s, self._lock, self._expired)
         self.reused = 0  #: reads through a mapping kept from an earlier read
         self.mapped = 0  #: reads that had to map their file
 
@@ -285,8 +287,8 @@ class ReaderMaps:
             with contextlib.suppress(OSError):
                 _lock(kept.fd, fcntl.F_UNLCK, wait=False)
             dropped = self._trim()
-            if self._timer is None and self._files:
-                self._arm()
+            if self._files:
+                self._linger.arm()
         for old in dropped:
             old.close()
 
@@ -318,24 +320,14 @@ class ReaderMaps:
                 dropped.append(old)
         return dropped
 
-    def _arm(self) -> None:
-        timer = threading.Timer(self.linger_s, self._expire)
-        timer.daemon = True
-        self._timer = timer
-        timer.start()
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._timer = None
-            files = list(self._files.values())
-            old = [f for f in files if not f.views and now - f.last_used >= self.linger_s]
-            for f in old:
-                self._files.pop((f.dev, f.ino), None)
-            if any(not f.views for f in files if f not in old):
-                self._arm()
+    def _expired(self, now: float) -> tuple[list[_File], bool]:
+        """(Linger, lock held) the unviewed files unused for ``linger_s``, dropped; and
+        whether unviewed files are left to look at later."""
+        files = list(self._files.values())
+        old = [f for f in files if not f.views and now - f.last_used >= self.linger_s]
         for f in old:
-            f.close()
+            self._files.pop((f.dev, f.ino), None)
+        return old, any(not f.views for f in files if f not in old)
 
     def clear(self) -> None:
         """Drop every kept mapping no value views (for tests and shutdown)."""
@@ -357,7 +349,7 @@ class ReaderMaps:
         or an unlink) and locks that; the rest it closes.
         """
         self._lock = threading.RLock()
-        self._timer = None
+        self._linger.after_fork(self._lock)
         files, self._files = self._files, {}
         for key, f in files.items():
             inherited, f.fd = f.fd, -1
