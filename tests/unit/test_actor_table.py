@@ -241,6 +241,22 @@ def test_worker_died_with_restarts_left_restarts_then_dies(table: ActorTable) ->
     assert "after 2 restart(s)" in rec.death_cause and "crash 3" in rec.death_cause
 
 
+def test_a_worker_death_finds_its_actor_among_many_and_leaves_no_index_behind(
+    table: ActorTable,
+) -> None:
+    for i in range(50):
+        alive(table, b"a%d" % i, b"w%d" % i, max_restarts=1)
+    assert table.worker_died(b"task-worker", "idle", now=2.0) == []  # hosted no actor
+    ins = table.worker_died(b"w7", "crash", now=2.0)
+    assert Place(b"a7") in ins and table.actors[b"a7"].state == RESTARTING
+    assert [aid for aid, rec in table.actors.items() if rec.state != ALIVE] == [b"a7"]
+    place(table, b"a7", b"w7-again")
+    table.created(b"a7", now=3.0)
+    assert table.worker_died(b"w7", "late report", now=4.0) == []  # the old worker
+    assert table.actors[b"a7"].state == ALIVE
+    assert b"w7" not in table.by_worker and table.by_worker[b"w7-again"] == b"a7"
+
+
 def test_max_restarts_minus_one_restarts_forever(table: ActorTable) -> None:
     alive(table, b"a1", b"w0", max_restarts=-1)
     for i in range(1, 51):
@@ -294,8 +310,13 @@ def test_node_died_loses_every_actor_on_the_node(table: ActorTable) -> None:
     alive(table, b"a2", b"w2", max_restarts=1)
     table.register(make(b"a3"))  # elsewhere
     table.placed(
-        b"a3", node_id=b"node-2", node_address="127.0.0.1:7002", worker_id=b"w3",
-        worker_pid=3, lease_id=b"l3", address="127.0.0.1:9003",
+        b"a3",
+        node_id=b"node-2",
+        node_address="127.0.0.1:7002",
+        worker_id=b"w3",
+        worker_pid=3,
+        lease_id=b"l3",
+        address="127.0.0.1:9003",
     )
     table.created(b"a3", now=1.0)
     ins = table.node_died(NODE_ID, "heartbeats stopped", now=9.0)

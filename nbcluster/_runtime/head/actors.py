@@ -11,6 +11,8 @@ import dataclasses
 from typing import Any
 
 PENDING, ALIVE, RESTARTING, DEAD = 0, 1, 2, 3
+#: The states of an actor that a process may host (or be about to).
+ACTIVE = (PENDING, ALIVE, RESTARTING)
 STATE_NAMES = {PENDING: "PENDING", ALIVE: "ALIVE", RESTARTING: "RESTARTING", DEAD: "DEAD"}
 
 
@@ -95,6 +97,9 @@ class ActorTable:
         #: Owner address -> ids of the actors it created (an owner's death touches only
         #: those: a kill or a worker death is not a walk over every actor ever made).
         self.owned: dict[str, list[bytes]] = {}
+        #: Worker id -> the actor placed on it (a worker hosts one actor in its life; an
+        #: entry is checked against the record when used, and dropped then).
+        self.by_worker: dict[bytes, bytes] = {}
 
     def register(
         self, rec: ActorRecord, get_if_exists: bool = False
@@ -123,6 +128,8 @@ class ActorTable:
         if rec.actor_id not in self.actors:
             self.owned.setdefault(rec.owner_address, []).append(rec.actor_id)
         self.actors[rec.actor_id] = rec
+        if rec.worker_id:
+            self.by_worker[rec.worker_id] = rec.actor_id
 
     def restore(self, rec: ActorRecord, now: float) -> list[ActorInstruction]:
         """An actor read back from disk after a head restart.
@@ -192,6 +199,7 @@ class ActorTable:
         if rec.state == DEAD:  # killed while being placed
             return [StopWorker(node_address, worker_id)]
         rec.node_id, rec.node_address, rec.worker_id = node_id, node_address, worker_id
+        self.by_worker[worker_id] = actor_id
         rec.worker_pid, rec.lease_id, rec.address = worker_pid, lease_id, address
         rec.channel_address = channel_address
         return []
@@ -236,10 +244,12 @@ class ActorTable:
     def worker_died(
         self, worker_id: bytes, detail: str, now: float, kind: str = "process_died"
     ) -> list[ActorInstruction]:
-        """The process hosting an actor ended: restart it if restarts remain."""
-        for rec in self.actors.values():
-            if rec.worker_id == worker_id and rec.state in (PENDING, ALIVE, RESTARTING):
-                return self._lost(rec, detail, now, kind)
+        """The process hosting an actor ended: restart it if restarts remain. (Most workers
+        that end hosted no actor: this looks up one entry, not every actor.)"""
+        actor_id = self.by_worker.pop(worker_id, None)
+        rec = self.actors.get(actor_id) if actor_id is not None else None
+        if rec is not None and rec.worker_id == worker_id and rec.state in ACTIVE:
+            return self._lost(rec, detail, now, kind)
         return []
 
     def node_died(self, node_id: bytes, detail: str, now: float) -> list[ActorInstruction]:
