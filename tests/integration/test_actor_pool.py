@@ -200,8 +200,9 @@ def test_pop_idle_and_push(workers):
     with pytest.raises(ValueError, match=r"already belongs"):
         pool.push(popped)
     # only the pushed actor works now
-    assert set(pool.map(lambda a, v: a.who.remote(v), range(4))) == {nbcluster.get(
-        popped.who.remote(), timeout=30)}
+    assert set(pool.map(lambda a, v: a.who.remote(v), range(4))) == {
+        nbcluster.get(popped.who.remote(), timeout=30)
+    }
     pool.push(other)
     assert set(pool.map(lambda a, v: a.who.remote(v), range(8))) == {"w0", "w1"}
 
@@ -266,8 +267,12 @@ def test_map_submits_before_iteration_like_ray(workers, tmp_path):
     pool = ActorPool(workers)
     gen = pool.map(lambda a, v: a.double_logged.remote(v, str(log)), range(4))
     try:  # one call per idle actor starts at once; the rest wait for a free actor
-        poll_for(lambda: log.exists() and len(log.read_text().split()) == len(workers), 10, 0.05,
-                 "map() submitted nothing before iteration")
+        poll_for(
+            lambda: log.exists() and len(log.read_text().split()) == len(workers),
+            10,
+            0.05,
+            "map() submitted nothing before iteration",
+        )
     finally:
         assert list(gen) == [0, 2, 4, 6]
 

@@ -338,7 +338,11 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
             r"^best: lr=0\.\d{4}, momentum=0\.\d\d, loss=\d\.\d{4}$",
         ],
         "check-grid": [r"ResultGrid: 8 trials", r"8 TERMINATED", r"config/|lr"],
-        "check-frame": [r"^8 rows, one per trial$", r"config/lr", r"^best trial's history: 20 results$"],
+        "check-frame": [
+            r"^8 rows, one per trial$",
+            r"config/lr",
+            r"^best trial's history: 20 results$",
+        ],
         "check-more": [WIDGET, r"^12 trials now, 12 terminated$", r"^the first 8 unchanged: True$"],
         "check-asha": [
             WIDGET,
@@ -423,7 +427,10 @@ CHECKS: dict[str, dict[str, list[Check]]] = {
         ],
         "check-autoscaler-widget": [WIDGET, r"Autoscaler"],
         "check-resources-widget": [WIDGET],
-        "check-grow": [r"^the cluster grew to 3 nodes$", r"^the work ran on more than one node: True$"],
+        "check-grow": [
+            r"^the cluster grew to 3 nodes$",
+            r"^the work ran on more than one node: True$",
+        ],
         "check-events": [
             r"^ +launch: launching [12] x worker for \d+ x \{CPU: 1\} queued$",
             r"^ +joined: node local-worker-[0-9a-f]{6} \(worker\) joined after [\d.]+s$",
@@ -485,7 +492,11 @@ def cell_text(cell: Any) -> str:
             last_stream = out.get("name")
             continue
         data = out.get("data", {}) if kind in ("execute_result", "display_data") else {}
-        if kind == "display_data" and WIDGET_VIEW in data and set(data) <= {WIDGET_VIEW, "text/plain"}:
+        if (
+            kind == "display_data"
+            and WIDGET_VIEW in data
+            and set(data) <= {WIDGET_VIEW, "text/plain"}
+        ):
             # A widget shown from another thread (the cell's log area opens at its work's
             # first output) may land between two chunks of one print(): they still join.
             parts.append("mimetypes: " + " ".join(sorted(data)))

@@ -122,7 +122,14 @@ def test_plain_fast_path_is_used_only_for_builtin_types() -> None:
     assert type(serialize({"a": 1.5})) is not SerializedValue
     # nested plain containers (a task's (args, kwargs)) take the fast path too
     assert type(serialize(((1, "a"), {"k": [2]}))) is not SerializedValue
-    for value in (MyInt(5), [[[[1]]]], (lambda: 1), list(range(100)), {"a": object()}, ((MyInt(1),), {})):
+    for value in (
+        MyInt(5),
+        [[[[1]]]],
+        (lambda: 1),
+        list(range(100)),
+        {"a": object()},
+        ((MyInt(1),), {}),
+    ):
         assert type(serialize(value)) is SerializedValue
     assert roundtrip(MyInt(5)) == 5 and type(roundtrip(MyInt(5))).__name__ == "MyInt"
 
