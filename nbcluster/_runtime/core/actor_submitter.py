@@ -57,7 +57,7 @@ from nbcluster._runtime.core.actor_state import (
     ActorConn,
 )
 from nbcluster._runtime.core.channel import batch_frame, reply_handler
-from nbcluster._runtime.core.thread_reads import CallerChannels, read_until
+from nbcluster._runtime.core.thread_reads import CallerChannels, HeldInterrupt, read_until
 from nbcluster._runtime.protocol.errors import (
     Peer,
     RpcFailure,
@@ -138,7 +138,19 @@ class ActorSubmitter:
 
     # -- user threads ----------------------------------------------------------------------
     def submit(self, rec: TaskRecord, max_pending_calls: int) -> None:
-        """Queue an actor call (thread-safe); raise when the pending-call limit is reached."""
+        """Queue an actor call (thread-safe); raise when the pending-call limit is reached.
+
+        On the main thread a Ctrl-C that lands in here is held until the call is counted
+        and on its way (written to the actor, or handed to the loop): it never leaves a
+        call pending or in flight that was not sent (the actor would then never be idle).
+        """
+        if threading.current_thread() is threading.main_thread():
+            with HeldInterrupt():
+                self._submit(rec, max_pending_calls)
+        else:
+            self._submit(rec, max_pending_calls)
+
+    def _submit(self, rec: TaskRecord, max_pending_calls: int) -> None:
         aid = rec.spec.actor_id
         with self.lock:
             if max_pending_calls > 0 and self.pending_counts[aid] >= max_pending_calls:
