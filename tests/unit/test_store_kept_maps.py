@@ -70,20 +70,6 @@ def test_a_live_objects_file_is_never_claimed(shm_dir) -> None:
     np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(1))), value(1.0))
 
 
-def test_of_two_freed_kept_files_the_most_recently_written_is_rewritten(shm_dir) -> None:
-    store.allocate_pool_files(shm_dir, [SIZE + MiB, SIZE + MiB])
-    put(shm_dir, 1, 1.0)
-    put(shm_dir, 2, 2.0)
-    older, newer = inode(shm_dir, 1), inode(shm_dir, 2)
-    assert older != newer and len(km.kept_maps) == 2
-    free(shm_dir, 1)
-    free(shm_dir, 2)
-    for n in range(3, 6):  # one object alive at a time: one file, the one readers last saw
-        put(shm_dir, n, float(n))
-        assert inode(shm_dir, n) == newer
-        free(shm_dir, n)
-
-
 def test_a_kept_file_too_small_or_big_goes_back_to_the_pool(shm_dir) -> None:
     store.allocate_pool_files(shm_dir, [SIZE + MiB])
     put(shm_dir, 1, 1.0)

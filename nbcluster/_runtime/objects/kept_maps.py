@@ -112,11 +112,7 @@ class KeptMaps:
         if not LOCKS:
             return None, released
         with self._lock:
-            # The most recently written first: of the files freed, the one its readers are
-            # likeliest to still have mapped (``readers`` keeps a file's mapping across the
-            # objects written into it), so repeated writes settle on as few files as the
-            # objects alive at once need, not on every file kept.
-            candidates = self._maps[::-1]
+            candidates = list(self._maps)
         if not candidates:
             return None, released
         by_inode: dict[tuple[int, int], str] = {}
