@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import pytest
+from submitter_util import bare_actor_submitter
 
 from nbcluster._runtime.core import actor_submitter
-from nbcluster._runtime.core.actor_submitter import ActorSubmitter
 from nbcluster._runtime.protocol.errors import RpcInvalidArgument, RpcUnavailable
 
 AID = b"a" * 16
@@ -37,13 +35,7 @@ class Head:
 def run_kill(head: Head) -> None:
     loop = asyncio.new_event_loop()
     try:
-        client = SimpleNamespace(
-            submitter=SimpleNamespace(lock=threading.RLock()),
-            config=SimpleNamespace(actor_thread_reads=True),
-            loop=loop,
-            head=lambda: head,
-        )
-        sub = ActorSubmitter(client)  # type: ignore[arg-type]
+        sub = bare_actor_submitter(loop, head=lambda: head)
         loop.run_until_complete(asyncio.wait_for(sub._kill(AID, "out_of_scope"), 30))
     finally:
         loop.close()

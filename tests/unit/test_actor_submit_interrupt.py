@@ -9,12 +9,11 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
+from submitter_util import bare_actor_submitter
 
 from nbcluster._runtime.core.actor_state import ActorConn
-from nbcluster._runtime.core.actor_submitter import ActorSubmitter
 from nbcluster._runtime.core.records import TaskRecord
 from nbcluster._runtime.protocol.rpc import pb
 
@@ -47,12 +46,7 @@ def test_a_ctrl_c_while_a_call_is_written_comes_after_it_is_sent(default_sigint:
     assert threading.current_thread() is threading.main_thread()
     loop = asyncio.new_event_loop()
     try:
-        client = SimpleNamespace(
-            submitter=SimpleNamespace(lock=threading.RLock()),
-            config=SimpleNamespace(actor_thread_reads=True),
-            loop=loop,
-        )
-        sub = ActorSubmitter(client)  # type: ignore[arg-type]
+        sub = bare_actor_submitter(loop)
         conn = ActorConn(AID)
         conn.state, conn.stream, conn.call = pb.ActorInfo.ALIVE, 1, Call()
         sub.state.conns[AID] = conn
