@@ -124,6 +124,16 @@ class ObjectRef:
             client.add_local_ref(object_id, owner, borrowed)
         return ref
 
+    @classmethod
+    def _adopt(cls, object_id: bytes, owner: str, client: CoreClient) -> ObjectRef:
+        """The ref of a new owned object whose entry counts it already (a call's returns:
+        ``OwnershipTable.create_owned(..., refs=1)``)."""
+        ref = object.__new__(cls)
+        ref._id = object_id
+        ref._owner = owner
+        ref._client = client
+        return ref
+
     def binary(self) -> bytes:
         """The raw 20-byte object id."""
         return self._id

@@ -568,7 +568,7 @@ def test_core_workers_refuse_calls_without_the_right_token(
     assert_stays(lambda: pid_alive(reply.worker_pid), quiet_period(0.2))  # Exit: gone in 50 ms
     # The refused borrow was not recorded: dropping our ref frees the object as usual.
     entry = nbcluster._api.context.require_client().table.get(ref.binary())
-    assert entry is not None and entry.borrowers == set()
+    assert entry is not None and not entry.borrowers
     assert nbcluster.get(ref) == {"secret": "value"}
 
 

@@ -47,7 +47,16 @@ def test_create_owned_entry_defaults() -> None:
     assert len(table) == 1
     assert (entry.owned, entry.owner, entry.task) == (True, ME, task)
     assert entry.state == PENDING
-    assert (entry.local, entry.submitted, entry.borrowers, entry.escaped) == (0, 0, set(), False)
+    assert (entry.local, entry.submitted, entry.borrowers, entry.escaped) == (0, 0, None, False)
+
+
+def test_a_calls_return_is_created_with_its_ref_counted_and_dropping_it_frees_it() -> None:
+    table = OwnershipTable(ME)
+    entry = table.create_owned(OID, refs=1)  # (what ObjectRef._adopt relies on)
+    assert entry.local == 1
+    entry.set_ready(data=b"x")
+    assert table.try_drop_local(OID)
+    assert table.get(OID) is None
 
 
 def test_set_ready_records_location_and_size() -> None:
@@ -180,11 +189,21 @@ def test_borrowers_keep_the_object_alive() -> None:
     assert table.get(OID) is None
 
 
+def test_a_borrower_leaving_that_never_came_frees_the_object_as_usual() -> None:
+    table = OwnershipTable(ME)
+    owned_in_store(table)
+    assert not table.update_borrowers([OID], "w1:1", add=False)  # (no borrower set yet)
+    assert table.entries[OID].borrowers is None
+    out = table.remove_local_ref(OID)
+    assert out.free_in_store == [(NODE, OID)]
+    assert table.get(OID) is None
+
+
 def test_borrowers_of_objects_we_do_not_own_are_ignored() -> None:
     table = OwnershipTable(ME)
     entry = registered_borrow(table)
     assert not table.update_borrowers([OID, b"unknown"], "w1:1", add=True)
-    assert entry.borrowers == set()
+    assert entry.borrowers is None  # (made on a first borrower only)
 
 
 def test_borrower_leaving_while_local_refs_remain_frees_nothing() -> None:

@@ -236,3 +236,34 @@ def test_entrypoint_environment_puts_paths_and_venv_first() -> None:
     assert cwd == "/wd" and env["A"] == "1"
     assert env["PYTHONPATH"] == os.pathsep.join(["/wd", "/m", "/old"])
     assert env["PATH"].split(os.pathsep)[0] == "/venv/bin" and env["VIRTUAL_ENV"] == "/venv"
+
+
+# --------------------------------------------------------------------------- driver state
+
+
+class _Client:
+    """Stands for a core client: the driver keeps one environment state per client."""
+
+
+def test_each_client_keeps_its_own_environment_state_when_they_alternate() -> None:
+    from nbcluster._runtime.runtime_env import driver as env_driver
+
+    a, b = _Client(), _Client()
+    env_driver.set_job_env(a, '{"env_vars": {"A": "1"}}')
+    for _ in range(2):  # (the last client's state is found without the lock: alternate)
+        assert env_driver.for_submit(a, None) == '{"env_vars": {"A": "1"}}'
+        assert env_driver.for_submit(b, None) == ""
+    assert env_driver.process_env(a) == '{"env_vars": {"A": "1"}}'
+
+
+def test_a_new_client_never_gets_a_gone_clients_environment() -> None:
+    import gc
+
+    from nbcluster._runtime.runtime_env import driver as env_driver
+
+    old = _Client()
+    env_driver.set_job_env(old, '{"env_vars": {"OLD": "1"}}')
+    assert env_driver.for_submit(old, None) == '{"env_vars": {"OLD": "1"}}'
+    del old
+    gc.collect()
+    assert env_driver.for_submit(_Client(), None) == ""

@@ -9,6 +9,7 @@ calls these functions; they were in ``_remote.py`` and ``_actor.py``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from nbcluster._runtime import exceptions as exc
@@ -118,6 +119,44 @@ def _explain_unserializable_args(name: str, args: tuple[Any, ...], kwargs: dict[
         serialize(v, what="an argument", name=f"{name}.remote() argument {k}")
 
 
+def _queue_key(
+    opts: TaskOptions, shape: dict[str, float], strategy: str, route: Route | None, env: str
+) -> tuple[Any, ...]:
+    """The key of the lease queue a task waits in: tasks with equal keys share leases.
+
+    Kept on the options for their common case (the options' own shape, not a placement
+    group's), so that a burst of calls builds it once, not once per call.
+    """
+    own_shape = route is None or route[0] == "spread"
+    if own_shape:
+        cached = opts.__dict__.get("_queue_key")
+        if cached is not None and cached[0] == strategy and cached[1] == env:
+            return cached[2]
+    key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0, env)
+    if own_shape:
+        opts.__dict__["_queue_key"] = (strategy, env, key)  # options are frozen: per options
+    return key
+
+
+_FIRST_RETURN = (1).to_bytes(4, "big")
+
+
+def _return_ids(task_id: bytes, wire_num_returns: int) -> tuple[bytes, ...]:
+    """The ids of a task's returns (one for a generator's end-of-stream marker).
+
+    Tuples, and ``()`` for no refs in :func:`_ids`: a task's records are kept while its refs
+    live, and each list among them would be one more container for the garbage collector to
+    walk (tuples of bytes it stops walking at its first pass).
+    """
+    if wire_num_returns <= 1:
+        return (task_id + _FIRST_RETURN,)
+    return tuple([task_id + i.to_bytes(4, "big") for i in range(1, wire_num_returns + 1)])
+
+
+def _ids(refs: Sequence[Any]) -> tuple[bytes, ...]:
+    return tuple([r.binary() for r in refs]) if refs else ()
+
+
 def _has_ref(values: Any) -> bool:
     # A loop, not any(): a generator costs more than the check itself here.
     for v in values:  # noqa: SIM110
@@ -179,11 +218,11 @@ def submit_task(
     client.export(function.function_id, function.payload, name)
     client.submitter.check_capacity()  # nothing is recorded for a task refused here
     sv, dep_refs = serialize_call_args(client, name, args, kwargs)
-    nested = [r.binary() for r in sv.contained_refs]
+    nested = _ids(sv.contained_refs)
     task_id = client.next_task_id()
     n = opts.num_returns
     wire_n = wire_num_returns(n)  # generators: "streaming"/"dynamic" travel as -1/-2
-    return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(wire_n, 1) + 1)]
+    return_ids = _return_ids(task_id, wire_n)
     rec = TaskRecord()
     rec.task_id = task_id
     rec.name = name
@@ -210,7 +249,7 @@ def submit_task(
         observer(task_id, name, rec.context)
     # runtime_env (issue 17): workers are pooled per environment, so it is part of the key
     rec.spec.runtime_env = runtime_env_driver.for_submit(client, opts.runtime_env, rec.context)
-    rec.key = (tuple(sorted(shape.items())), strategy, opts.max_calls > 0, rec.spec.runtime_env)
+    rec.key = _queue_key(opts, shape, strategy, route, rec.spec.runtime_env)
     if (
         route is not None
         and route[0] == "pg"
@@ -222,12 +261,13 @@ def submit_task(
         rec.spec.capture_pg = route[1]  # its own children (and theirs) stay in the group
     rec.return_ids = return_ids
     rec.retries_left = opts.max_retries
-    rec.dep_ids = [r.binary() for r in dep_refs]
+    rec.dep_ids = _ids(dep_refs)
     rec.nested_ids = nested
     for oid in return_ids:
-        client.table.create_owned(oid, task=rec)
-    client.table.add_submitted(rec.dep_ids + nested)
-    refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+        client.table.create_owned(oid, task=rec, refs=1)
+    if rec.dep_ids or nested:
+        client.table.add_submitted(rec.dep_ids + nested)
+    refs = [ObjectRef._adopt(oid, client.address, client) for oid in return_ids]
     if wire_n < 0:
         result = start_generator(
             client, rec, wire_n, opts._generator_backpressure_num_objects, refs[0]
@@ -367,7 +407,7 @@ def call_actor(
     sv, dep_refs = serialize_call_args(client, name, args, kwargs)
     task_id = client.next_task_id()
     wire_n = wire_num_returns(num_returns)  # generators: -1 streaming, -2 dynamic
-    return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, max(wire_n, 1) + 1)]
+    return_ids = _return_ids(task_id, wire_n)
     rec = TaskRecord()
     rec.task_id = task_id
     rec.name = f"{meta['class_name']}.{name}"
@@ -392,18 +432,18 @@ def call_actor(
     rec.strategy = "DEFAULT"
     rec.return_ids = return_ids
     rec.retries_left = method_opts.get("max_task_retries", meta.get("max_task_retries", 0))
-    rec.dep_ids = [r.binary() for r in dep_refs]
-    rec.nested_ids = [r.binary() for r in sv.contained_refs]
+    rec.dep_ids = _ids(dep_refs)
+    rec.nested_ids = _ids(sv.contained_refs)
     if client.submit_context is not None:
         rec.context = client.submit_context()
     observer = client.task_observer
     if observer is not None:
         observer(task_id, rec.name, rec.context)
     for oid in return_ids:
-        client.table.create_owned(oid, task=rec)
+        client.table.create_owned(oid, task=rec, refs=1)
     if rec.dep_ids or rec.nested_ids:
         client.table.add_submitted(rec.dep_ids + rec.nested_ids)
-    refs = [ObjectRef._new(oid, client.address, client) for oid in return_ids]
+    refs = [ObjectRef._adopt(oid, client.address, client) for oid in return_ids]
     generator = None
     if wire_n < 0:
         generator = start_generator(client, rec, wire_n, backpressure, refs[0])

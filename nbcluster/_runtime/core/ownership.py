@@ -58,7 +58,9 @@ class Entry:
         self.exc: BaseException | None = None  # a local error to raise (lost, cancelled...)
         self.local = 0  # live ObjectRefs in this process
         self.submitted = 0  # pending tasks that take this object as an argument
-        self.borrowers: set[str] = set()  # other processes holding refs (owned objects)
+        # other processes holding refs (owned objects); made on the first borrower, as most
+        # objects never have one (one container fewer for the garbage collector per task)
+        self.borrowers: set[str] | None = None
         self.escaped = False  # serialized into another object: pinned for the owner's lifetime
         self.event: threading.Event | None = None
         self.waiters: list[Any] | None = None  # Waiter objects of user threads
@@ -131,10 +133,12 @@ class OwnershipTable:
         """The entry of an object, if this process knows it."""
         return self.entries.get(object_id)
 
-    def create_owned(self, object_id: bytes, task: Any = None) -> Entry:
-        """A new object this process owns (a task return or a put)."""
+    def create_owned(self, object_id: bytes, task: Any = None, refs: int = 0) -> Entry:
+        """A new object this process owns (a task return or a put), with ``refs`` local
+        refs counted already (``ObjectRef._adopt``: one lock taken per new ref, not two)."""
         entry = Entry(True, self.address)
         entry.task = task
+        entry.local = refs
         with self.lock:
             self.entries[object_id] = entry
         return entry
@@ -213,8 +217,10 @@ class OwnershipTable:
                 if entry is None or not entry.owned:
                     continue
                 if add:
+                    if entry.borrowers is None:
+                        entry.borrowers = set()
                     entry.borrowers.add(borrower)
-                else:
+                elif entry.borrowers is not None:
                     entry.borrowers.discard(borrower)
                     if entry.releasable():
                         self._release(oid, entry, out)

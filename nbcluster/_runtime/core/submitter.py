@@ -575,7 +575,8 @@ class Submitter:
             return
         table = self.client.table
         spec = rec.spec
-        del spec.resolved_args[:]
+        if rec.dep_ids:  # (most tasks take no ref: nothing to fill in, no bytes to follow)
+            del spec.resolved_args[:]
         for oid in rec.dep_ids:
             entry = table.get(oid)
             if entry is None:
@@ -601,7 +602,7 @@ class Submitter:
             rec.resolved = True
             self.client.actor_submitter.ready(rec)
             return
-        rec.locality = locality(spec, self.client.node_address)
+        rec.locality = locality(spec, self.client.node_address) if rec.dep_ids else ""
         ready.append(rec)
 
     # -- results -----------------------------------------------------------------------------
@@ -673,9 +674,10 @@ class Submitter:
             self.object_ready(entry)
         if rec.generator is not None:  # where the stream ends (and its error's position)
             rec.generator.task_finished()
-        release = table.remove_submitted(rec.dep_ids + rec.nested_ids)
-        if release:
-            self.client._queue_release(release)
+        if rec.dep_ids or rec.nested_ids:
+            release = table.remove_submitted(rec.dep_ids + rec.nested_ids)
+            if release:
+                self.client._queue_release(release)
         if rec.actor and not replied:  # one that failed while queued held back later calls
             self.client.actor_submitter.ready(rec)
 

@@ -62,11 +62,19 @@ _STATE: weakref.WeakKeyDictionary[Any, _ClientEnv] = weakref.WeakKeyDictionary()
 _STATE_LOCK = threading.Lock()
 
 
+_LAST: tuple[weakref.ref[Any], _ClientEnv] | None = None  # the last client's, without a lock
+
+
 def _state(client: Any) -> _ClientEnv:
+    global _LAST
+    last = _LAST  # (one read: another thread may replace it meanwhile)
+    if last is not None and last[0]() is client:
+        return last[1]  # every submission asks: no lock, no weak ref made per call
     with _STATE_LOCK:
         st = _STATE.get(client)
         if st is None:
             st = _STATE[client] = _ClientEnv()
+        _LAST = (weakref.ref(client), st)
         return st
 
 
