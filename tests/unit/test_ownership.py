@@ -356,3 +356,30 @@ def test_concurrent_add_remove_leaves_an_empty_table() -> None:
     assert sorted(finished) == list(range(n_threads))
     assert len(table) == 0
     assert table.entries == {}
+
+
+# --------------------------------------------------------------------------- unregistered borrows
+
+
+def test_borrowed_objects_are_handed_out_once_for_registration() -> None:
+    table = OwnershipTable(ME)
+    table.add_local_ref(b"b1", OWNER, borrowed=True)
+    table.add_local_ref(b"b1", OWNER, borrowed=True)  # a second ref: the same object
+    table.add_local_ref(b"b2", OWNER, borrowed=True)
+    table.add_local_ref(b"mine", ME, borrowed=False)  # owned here: no owner to tell
+    table.create_owned(b"put")
+    assert sorted(table.take_unregistered()) == [b"b1", b"b2"]
+    assert table.take_unregistered() == []  # (the caller registered them)
+    table.add_local_ref(b"b3", OWNER, borrowed=True)
+    assert table.take_unregistered() == [b"b3"]
+
+
+def test_a_borrow_gone_or_registered_before_it_is_taken_is_not_handed_out() -> None:
+    table = OwnershipTable(ME)
+    table.add_local_ref(b"gone", OWNER, borrowed=True)
+    registered_borrow(table, b"told")  # registered by another path meanwhile
+    out = table.remove_local_ref(b"gone")  # released unregistered: nothing to unborrow
+    assert out.unborrow == []
+    assert table.unregistered == {b"told"}
+    assert table.take_unregistered() == []
+    assert table.unregistered == set()

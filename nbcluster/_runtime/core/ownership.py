@@ -125,6 +125,8 @@ class OwnershipTable:
         self.address = address
         self.lock = threading.Lock()
         self.entries: dict[bytes, Entry] = {}
+        #: Borrowed objects whose owners were not told of us yet (``take_unregistered``).
+        self.unregistered: set[bytes] = set()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -150,6 +152,8 @@ class OwnershipTable:
             if entry is None:
                 entry = Entry(not borrowed and owner == self.address, owner)
                 self.entries[object_id] = entry
+                if not entry.owned:
+                    self.unregistered.add(object_id)
             entry.local += 1
 
     def remove_local_ref(self, object_id: bytes) -> Release:
@@ -163,6 +167,22 @@ class OwnershipTable:
             if entry.releasable():
                 self._release(object_id, entry, out)
         return out
+
+    def take_unregistered(self) -> list[bytes]:
+        """The borrowed objects added since the last call whose owners were not told of us
+        yet (each is handed out once: the caller registers them). A worker asks after
+        every task; this keeps that look at the objects it gained, not at all it holds."""
+        with self.lock:
+            if not self.unregistered:
+                return []
+            entries = self.entries
+            ids = [
+                oid
+                for oid in self.unregistered
+                if (entry := entries.get(oid)) is not None and not entry.registered
+            ]
+            self.unregistered.clear()
+        return ids
 
     def try_drop_local(self, object_id: bytes) -> bool:
         """:meth:`remove_local_ref` done at once, from any thread, when it needs no lock
@@ -250,6 +270,8 @@ class OwnershipTable:
                 out.free_in_store.append((entry.node_address, oid))
         elif entry.registered:
             out.unborrow.append((entry.owner, oid))
+        else:
+            self.unregistered.discard(oid)
 
     def wake(self, entry: Entry) -> None:
         """Wake user threads waiting on ``entry`` (call after ``set_ready``)."""

@@ -577,9 +577,7 @@ class Executor:
         if spec.max_calls and self.calls[spec.function_id] >= spec.max_calls:
             reply.worker_exiting = True
         self._record_event(spec, reply)
-        pending_borrows = [
-            oid for oid, e in list(client.table.entries.items()) if not e.owned and not e.registered
-        ]
+        pending_borrows = client.table.take_unregistered()
         if pending_borrows:
             with contextlib.suppress(Exception):
                 client.run(client.register_borrows(pending_borrows), timeout=10)
