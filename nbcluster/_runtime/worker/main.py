@@ -512,6 +512,13 @@ class Executor:
             self._error_returns(spec, err, reply)
         reply.end_time = time.time()
         self._record_event(spec, reply)
+        pending = self.client.table.take_unregistered()
+        if pending:  # (as execute does: owners learn of the refs it keeps before the reply)
+            with contextlib.suppress(Exception):
+                fut = asyncio.run_coroutine_threadsafe(
+                    self.client.register_borrows(pending), self.client.loop
+                )
+                await asyncio.wait_for(asyncio.wrap_future(fut), 10)
         return reply
 
     def execute(self, spec: pb.TaskSpec) -> pb.TaskReply:
