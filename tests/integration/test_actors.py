@@ -1150,6 +1150,55 @@ def test_a_driver_that_pauses_keeps_its_actors(shared_cluster):
             p.wait(10)
 
 
+@nbcluster.remote
+class _Keeper:
+    """Keeps refs given inside a list (so they arrive as refs it borrows)."""
+
+    def __init__(self) -> None:
+        self.refs: list[Any] = []
+
+    def keep(self, refs: list[Any]) -> int:
+        self.refs.extend(refs)
+        return len(self.refs)
+
+    def values(self) -> list[Any]:
+        return nbcluster.get(self.refs, timeout=30)
+
+
+@nbcluster.remote
+class _AsyncKeeper:
+    """The same, as an async actor (its calls run on the actor's own event loop)."""
+
+    def __init__(self) -> None:
+        self.refs: list[Any] = []
+
+    async def keep(self, refs: list[Any]) -> int:
+        self.refs.extend(refs)
+        return len(self.refs)
+
+    async def values(self) -> list[Any]:
+        return await asyncio.gather(*self.refs)
+
+
+@pytest.mark.parametrize("keeper", [_Keeper, _AsyncKeeper], ids=["sync", "async"])
+def test_an_actor_keeps_the_refs_it_was_given_after_the_caller_drops_its_own(
+    shared_cluster, keeper
+):
+    # The actor tells the owner (this driver) it borrows them before its reply, so the
+    # owner frees nothing when its own refs go (async actors did not: issue 11, session 16).
+    actor = keeper.remote()
+    refs = [nbcluster.put(f"v{i}") for i in range(3)]
+    assert nbcluster.get(actor.keep.remote(refs), timeout=30) == 3
+    ids = [r.binary() for r in refs]
+    del refs
+    gc.collect()
+    time.sleep(0.2)  # (a dropped ref the loop releases is released by now)
+    table = nbcluster._api.context.require_client().table
+    assert all(table.get(oid) is not None for oid in ids)  # kept for the borrower
+    assert nbcluster.get(actor.values.remote(), timeout=30) == ["v0", "v1", "v2"]
+    nbcluster.kill(actor)
+
+
 # ============================================================ own clusters (keep these last)
 
 
@@ -1209,52 +1258,3 @@ def test_gpu_ids_are_visible_in_the_methods_of_a_gpu_actor(cluster):
 
     g = OnGpu.remote()
     assert nbcluster.get(g.ids.remote(), timeout=30) == ([0], "0")
-
-
-@nbcluster.remote
-class _Keeper:
-    """Keeps refs given inside a list (so they arrive as refs it borrows)."""
-
-    def __init__(self) -> None:
-        self.refs: list[Any] = []
-
-    def keep(self, refs: list[Any]) -> int:
-        self.refs.extend(refs)
-        return len(self.refs)
-
-    def values(self) -> list[Any]:
-        return nbcluster.get(self.refs, timeout=30)
-
-
-@nbcluster.remote
-class _AsyncKeeper:
-    """The same, as an async actor (its calls run on the actor's own event loop)."""
-
-    def __init__(self) -> None:
-        self.refs: list[Any] = []
-
-    async def keep(self, refs: list[Any]) -> int:
-        self.refs.extend(refs)
-        return len(self.refs)
-
-    async def values(self) -> list[Any]:
-        return await asyncio.gather(*self.refs)
-
-
-@pytest.mark.parametrize("keeper", [_Keeper, _AsyncKeeper], ids=["sync", "async"])
-def test_an_actor_keeps_the_refs_it_was_given_after_the_caller_drops_its_own(
-    shared_cluster, keeper
-):
-    # The actor tells the owner (this driver) it borrows them before its reply, so the
-    # owner frees nothing when its own refs go (async actors did not: issue 11, session 16).
-    actor = keeper.remote()
-    refs = [nbcluster.put(f"v{i}") for i in range(3)]
-    assert nbcluster.get(actor.keep.remote(refs), timeout=30) == 3
-    ids = [r.binary() for r in refs]
-    del refs
-    gc.collect()
-    time.sleep(0.2)  # (a dropped ref the loop releases is released by now)
-    table = nbcluster._api.context.require_client().table
-    assert all(table.get(oid) is not None for oid in ids)  # kept for the borrower
-    assert nbcluster.get(actor.values.remote(), timeout=30) == ["v0", "v1", "v2"]
-    nbcluster.kill(actor)
