@@ -116,16 +116,13 @@ class ObjectRef:
     def _new(
         cls, object_id: bytes, owner: str, client: CoreClient | None, *, borrowed: bool = False
     ) -> ObjectRef:
-        ref = object.__new__(cls)
-        ref._id = object_id
-        ref._owner = owner
-        ref._client = client
+        ref = cls._adopt(object_id, owner, client)
         if client is not None:
             client.add_local_ref(object_id, owner, borrowed)
         return ref
 
     @classmethod
-    def _adopt(cls, object_id: bytes, owner: str, client: CoreClient) -> ObjectRef:
+    def _adopt(cls, object_id: bytes, owner: str, client: CoreClient | None) -> ObjectRef:
         """The ref of a new owned object whose entry counts it already (a call's returns:
         ``OwnershipTable.create_owned(..., refs=1)``)."""
         ref = object.__new__(cls)
