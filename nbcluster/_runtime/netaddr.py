@@ -9,9 +9,10 @@ listens on and advertises ``10.0.0.2``; a node joining a head on loopback stays 
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
-__all__ = ["split_host_port", "route_address"]
+__all__ = ["split_host_port", "route_address", "numeric_listener"]
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -38,3 +39,20 @@ def route_address(host: str, port: int = 9) -> str:
                 continue
             return str(s.getsockname()[0])
     raise OSError(f"no route to {host}: {last}")
+
+
+def numeric_listener(host: str, backlog: int = 100) -> socket.socket | None:
+    """A non-blocking socket listening on an ephemeral port of ``host`` when ``host`` is an
+    IP address; None for a host name (let the event loop resolve it).
+
+    Handing the loop a bound socket skips its ``getaddrinfo``: under uvloop that call runs on
+    libuv's thread pool, and its first use starts four threads in the process. A worker that
+    listens on ``127.0.0.1`` would start them for nothing at every spawn.
+    """
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return None
+    sock = socket.create_server((host, 0), family=family, backlog=backlog)
+    sock.setblocking(False)
+    return sock

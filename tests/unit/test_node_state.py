@@ -8,8 +8,11 @@ resulting bookkeeping. No processes, no sockets, no clocks.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+import pytest
+
+from nbcluster._runtime.node import state as state_mod
 from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
@@ -297,6 +300,51 @@ def test_max_starting_caps_concurrent_starts() -> None:
     assert [g.request_id for g in grants(out)] == [b"r0"]
     assert len(starts(out)) == 1
     assert ns.starting_count() == 3
+
+
+def test_a_burst_of_requests_is_granted_in_order_with_a_scan_that_stops_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,000 zero-CPU requests (actors) on a node with no idle worker: 4 workers start at a
+    time, every request is granted in arrival order as workers register, and each event
+    scans only the head of the queue (the fit checks grow as N, not as N squared)."""
+    checks = 0
+    real_fits = state_mod.fits
+
+    def counting_fits(request: Mapping[str, float], resources: Mapping[str, float]) -> bool:
+        nonlocal checks
+        checks += 1
+        return real_fits(request, resources)
+
+    monkeypatch.setattr(state_mod, "fits", counting_fits)
+    ns = make_node({"CPU": 2}, prestart=0, max_starting=4)
+    n = 1000
+    started: list[bytes] = []
+    for i in range(n):
+        started += starts(ask(ns, b"r%04d" % i, CPU=0))
+    assert len(started) == 4 and ns.starting_count() == 4
+    granted: list[bytes] = []
+    pid = itertools.count(1)
+    while started:
+        wid = started.pop(0)
+        out = ns.worker_registered(wid, next(pid), "127.0.0.1:1")
+        granted += [g.request_id for g in grants(out)]
+        started += starts(out)
+    assert granted == [b"r%04d" % i for i in range(n)]
+    assert ns.pending == {} and len(ns.leases) == n
+    assert checks < 10 * n, checks  # a full scan per event would be about n * n / 2
+
+
+def test_a_request_deep_in_a_waiting_queue_still_spills_to_a_node_with_room() -> None:
+    """With other nodes in view the scan does not stop early: a request behind many that
+    wait for workers, which does not fit here, is redirected."""
+    ns = make_node({"CPU": 2}, prestart=0, max_starting=2)
+    for i in range(50):
+        ask(ns, b"w%02d" % i, CPU=0)
+    ns.update_cluster_view([other(b"gpu", {"CPU": 2, "GPU": 1}, {"CPU": 2, "GPU": 1})])
+    out = ask(ns, b"g", GPU=1)
+    assert [r.request_id for r in out if isinstance(r, Redirect)] == [b"g"]
+    assert b"g" not in ns.pending and len(ns.pending) == 50
 
 
 def test_worker_that_dies_while_starting_is_restarted_for_demand() -> None:

@@ -41,6 +41,7 @@ import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from nbcluster._runtime.netaddr import numeric_listener
 from nbcluster._runtime.protocol import tls
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.hello import HELLO_TIMEOUT_S, OK, REFUSED, Hello, token_fits
@@ -172,9 +173,15 @@ class ChannelServer:
 
     async def start(self, host: str) -> str:
         """Listen on ``host`` (an ephemeral port); return ``host:port``."""
-        self._server = await asyncio.start_server(
-            self._handle, host, 0, ssl=self._ssl, limit=1 << 20
-        )
+        listener = numeric_listener(host)  # no getaddrinfo: no libuv thread pool
+        if listener is not None:
+            self._server = await asyncio.start_server(
+                self._handle, sock=listener, ssl=self._ssl, limit=1 << 20
+            )
+        else:
+            self._server = await asyncio.start_server(
+                self._handle, host, 0, ssl=self._ssl, limit=1 << 20
+            )
         port = self._server.sockets[0].getsockname()[1]
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if self._local:  # owners on this host connect here (see "Same host" above)

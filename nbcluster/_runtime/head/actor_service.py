@@ -33,7 +33,7 @@ from nbcluster._runtime.head.actors import (
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.protocol.errors import RpcFailure, is_unavailable
 from nbcluster._runtime.protocol.rpc import Channels, pb
-from nbcluster._runtime.scheduling.policy import NodeView, fits, load
+from nbcluster._runtime.scheduling.policy import ACTOR_LEASE_OWNER, NodeView, fits, load
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ class ActorManager:
                     pb.LeaseRequest(
                         request_id=os.urandom(16),
                         resources=rec.resources,
-                        owner_address=f"head-actor:{rec.actor_id.hex()}",
+                        owner_address=ACTOR_LEASE_OWNER + rec.actor_id.hex(),
                         job_id=rec.job_id,
                         no_spillback=hops > 0
                         or rec.strategy.startswith("NODE_AFFINITY:")

@@ -41,7 +41,7 @@ from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, 
 from nbcluster._runtime.running_mark import mark_dir, mark_path, read_mark
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
 from nbcluster._runtime.runtime_env.venv_zygote import VenvZygote
-from nbcluster._runtime.scheduling.policy import NodeView
+from nbcluster._runtime.scheduling.policy import ACTOR_LEASE_OWNER, NodeView
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,8 @@ class NodeService(pb_grpc.NodeManagerServicer):
             self.load_changed.set()
         for ins in instructions:
             if isinstance(ins, Grant):
-                self.leased.set()
+                if not ins.lease.owner.startswith(ACTOR_LEASE_OWNER):
+                    self.leased.set()  # the memory monitor has a task it could choose
                 self.grants += 1
                 fut = self.waiters.pop(ins.request_id, None)
                 reply = pb.LeaseReply(
@@ -631,7 +632,7 @@ async def memory_monitor(
         return [
             lease
             for lease in service.state.leases.values()
-            if not lease.owner.startswith("head-actor:")
+            if not lease.owner.startswith(ACTOR_LEASE_OWNER)
             and lease.worker_id not in service.oom_killed
         ]
 

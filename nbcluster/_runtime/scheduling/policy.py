@@ -15,6 +15,11 @@ from collections.abc import Mapping, Sequence
 
 EPS = 1e-9
 
+#: How a lease for an actor's worker names its owner: the head asks for it on the actor's
+#: behalf (``owner_address`` is this prefix + the actor id in hex). Nodes tell actor leases
+#: from task leases by it (the memory monitor never chooses an actor).
+ACTOR_LEASE_OWNER = "head-actor:"
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeView:
