@@ -5,7 +5,7 @@
 A 2-node cluster on this host (each node its own store and node manager): an array made
 by a task on node B is read by the driver on node A, so node A's manager pulls it from
 node B over the data plane (``nbcluster/_runtime/objects/transfer.py``: ``sendfile`` on
-B, ``recv_into`` the mapped destination file on A, two ranges in parallel). Two
+B, ``splice`` from the socket into the destination file on A, two ranges in parallel). Two
 baselines, each a socket pair on 127.0.0.1 between two threads, measured in the same run:
 
 - *TCP, 4 MiB buffer*: the same 4 MiB buffer sent again and again into one 4 MiB receive

@@ -268,3 +268,87 @@ def test_the_same_protocol_runs_inside_tls(files, tmp_path) -> None:
             transfer.pull_object(srv.address, TOKEN, b"big", memoryview(dest), attempts=1)
     finally:
         srv.close()
+
+
+# --------------------------------------------------------------------------- splicing into a file
+
+needs_splice = pytest.mark.skipif(not transfer.CAN_SPLICE, reason="os.splice is Linux-only")
+
+
+@needs_splice
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_a_pull_spliced_into_a_file_copies_the_object_exactly(server, files, parts, tmp_path):
+    want = content(files[b"big"])
+    path = tmp_path / "dest"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, len(want))
+        transfer.pull_object(
+            server.address, TOKEN, b"big", transfer.FileTarget(fd, len(want)), parts=parts
+        )
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == want
+    wait_for(lambda: server.served_bytes == len(want))
+
+
+@needs_splice
+def test_a_broken_spliced_pull_resumes_where_the_file_stopped(server, files, tmp_path) -> None:
+    proxy = CuttingProxy(server.address, after=5 * MiB, cuts=2)
+    want = content(files[b"big"])
+    fd = os.open(tmp_path / "dest", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, len(want))
+        transfer.pull_object(
+            proxy.address, TOKEN, b"big", transfer.FileTarget(fd, len(want)), parts=1, attempts=3
+        )
+        assert proxy.connections == 3
+        assert server.served_bytes < 2 * len(want)  # resumed, not restarted
+    finally:
+        os.close(fd)
+        proxy.close()
+    assert (tmp_path / "dest").read_bytes() == want
+
+
+@needs_splice
+def test_a_file_that_cannot_be_written_fails_the_pull_at_once(server, files, tmp_path) -> None:
+    """The file's side failing (here: opened read-only) is not a network fault: no retries,
+    one request, and an error that says what failed."""
+    size = os.path.getsize(files[b"big"])
+    (tmp_path / "dest").write_bytes(b"")
+    fd = os.open(tmp_path / "dest", os.O_RDONLY)
+    try:
+        with pytest.raises(transfer.TransferError, match="writing the object failed"):
+            transfer.pull_object(
+                server.address, TOKEN, b"big", transfer.FileTarget(fd, size), parts=1
+            )
+    finally:
+        os.close(fd)
+    assert server.calls == [b"big"]
+
+
+def test_a_file_target_is_refused_with_tls(server) -> None:
+    ctx = ssl.create_default_context()
+    with pytest.raises(ValueError, match="plain"):
+        transfer.pull_object(
+            server.address, TOKEN, b"small", transfer.FileTarget(0, 1000), ssl_context=ctx
+        )
+    assert server.calls == []
+
+
+@needs_splice
+def test_a_store_writer_reserves_once_and_takes_a_spliced_pull(server, files, shm_dir) -> None:
+    """``RawWriter.reserve`` allocates a new file's pages (so a full store fails before any
+    byte moves); the spliced object is then sealed like one received into a mapping."""
+    from nbcluster._runtime.objects import store as objstore
+
+    want = content(files[b"big"])
+    with objstore.RawWriter(shm_dir, b"o" * 20, len(want)) as writer:
+        assert not writer.allocated
+        writer.reserve()
+        assert os.fstat(writer.fd).st_blocks * 512 >= len(want)
+        writer.reserve()  # once only
+        transfer.pull_object(
+            server.address, TOKEN, b"big", transfer.FileTarget(writer.fd, writer.size), parts=2
+        )
+    assert content(objstore.object_path(shm_dir, b"o" * 20)) == want

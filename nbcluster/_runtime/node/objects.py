@@ -387,6 +387,16 @@ class NodeObjects:
         )
 
     def _pull(self, writer: objstore.RawWriter, address: str, oid: bytes) -> None:
+        if not self.tls and transfer.CAN_SPLICE:  # straight into the file: no mapping to build
+            writer.reserve()
+            transfer.pull_object(
+                address,
+                self.token,
+                oid,
+                transfer.FileTarget(writer.fd, writer.size),
+                parts=PULL_STREAMS,
+            )
+            return
         view = writer.mapped()
         try:
             transfer.pull_object(

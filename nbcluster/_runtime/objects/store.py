@@ -664,6 +664,7 @@ class RawWriter:
         self.fd, self.allocated = _open_new(store_dir, self.tmp, size)
         self.size = size
         self._mapping: mmap.mmap | None = None
+        self._reserved = False
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
         """Write ``data`` at ``offset``."""
@@ -683,18 +684,25 @@ class RawWriter:
         once, and :meth:`prefault` faults in a fresh file's pages range by range.
         """
         if self._mapping is None:
-            if not self.allocated and self.size:
-                try:
-                    os.posix_fallocate(self.fd, 0, self.size)
-                except OSError as err:
-                    if err.errno != errno.ENOSPC or trim_free_pool(self.store_dir) == 0:
-                        raise
-                    os.posix_fallocate(self.fd, 0, self.size)
+            self.reserve()
             flags = mmap.MAP_SHARED | (_MAP_POPULATE if self.allocated else 0)
             self._mapping = mmap.mmap(
                 self.fd, self.size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE
             )
         return memoryview(self._mapping)
+
+    def reserve(self) -> None:
+        """Make sure the file's pages exist (``posix_fallocate``; once): a full store raises
+        ``ENOSPC`` here, after trying to make room by trimming the pool of freed files."""
+        if self.allocated or self._reserved or not self.size:
+            return
+        try:
+            os.posix_fallocate(self.fd, 0, self.size)
+        except OSError as err:
+            if err.errno != errno.ENOSPC or trim_free_pool(self.store_dir) == 0:
+                raise
+            os.posix_fallocate(self.fd, 0, self.size)
+        self._reserved = True
 
     def prefault(self, offset: int, length: int) -> None:
         """Fault in ``[offset, offset + length)`` of the mapping for writing, in one call."""
