@@ -54,6 +54,30 @@ def test_the_first_call_starts_one_watch_and_waits_until_the_actor_is_alive() ->
     assert list(conn.inflight.values()) == [a, b]
 
 
+def test_an_actor_registered_here_is_watched_from_the_version_the_head_answered() -> None:
+    """The registration's reply is the head's record at version 1 (PENDING): the first
+    watch waits for a later version instead of fetching that one again."""
+    st = ActorCallState()
+    st.registered(AID, 1)
+    a = _call()
+    out = st.enqueue(a)
+    conn = st.conns[AID]
+    assert out == [ins.WatchActor(conn)] and conn.version == 1
+    assert st.actor_info(conn, _info(1, pb.ActorInfo.PENDING, "")) == []  # not news
+    out = st.actor_info(conn, _info(2))
+    assert out == [ins.ConnectActor(conn, "w:1", 1), ins.SendActorCalls(conn, [a])]
+
+
+def test_a_registration_seen_after_the_watch_began_changes_nothing() -> None:
+    st = ActorCallState()
+    a = _call()
+    st.enqueue(a)
+    conn = st.conns[AID]
+    st.actor_info(conn, _info(2))  # alive already
+    st.registered(AID, 1)
+    assert conn.version == 2 and conn.state == pb.ActorInfo.ALIVE
+
+
 def test_calls_go_out_in_submission_order_even_when_a_later_one_is_ready_first() -> None:
     st = ActorCallState()
     a, b = _call(resolved=False), _call()

@@ -88,6 +88,16 @@ class ActorCallState:
         self.conns: dict[bytes, ActorConn] = {}
         self.closed = False
 
+    def registered(self, actor_id: bytes, version: int) -> None:
+        """This process registered the actor and the head answered with its record at
+        ``version``, still PENDING: the first watch asks for a later version than that one
+        (one ``WaitActor`` per creation, not two: the first no longer returns at once)."""
+        conn = self.conns.get(actor_id)
+        if conn is None:
+            conn = self.conns[actor_id] = ActorConn(actor_id)
+        if conn.version == 0 and conn.state == pb.ActorInfo.PENDING:
+            conn.version = version
+
     # -- calls --------------------------------------------------------------------------------
     def _conn(self, actor_id: bytes, out: Out) -> ActorConn:
         conn = self.conns.get(actor_id)

@@ -249,6 +249,12 @@ class ActorSubmitter:
         with self.lock:
             fn(*args)
 
+    def registered(self, actor_id: bytes, version: int) -> None:
+        """This process just registered the actor (the head's record is PENDING at
+        ``version``): see :meth:`ActorCallState.registered`."""
+        with self.lock:
+            self.state.registered(actor_id, version)
+
     def enqueue(self, rec: TaskRecord) -> None:
         """A new call takes its place in the actor's queue (in submission order)."""
         with self.lock:

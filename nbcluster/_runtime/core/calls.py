@@ -386,6 +386,8 @@ def create_actor(
     reply = client.call_head("RegisterActor", lambda head: head.RegisterActor(request, timeout=60))
     info = reply.actor
     owned = not reply.existing and not request.detached
+    if not reply.existing and info.state == pb.ActorInfo.PENDING:
+        client.actor_submitter.registered(info.actor_id, info.version)
     return ActorRecord(info.actor_id, deserialize(info.handle_meta), owned)
 
 
