@@ -46,15 +46,17 @@ def test_a_host_name_is_left_to_the_loop(host: str) -> None:
     assert numeric_listener(host) is None
 
 
-def test_a_task_channel_server_on_uvloop_starts_no_libuv_threads() -> None:
+def test_task_channel_and_control_servers_on_uvloop_start_no_libuv_threads() -> None:
     """In a fresh process (no earlier test started the pool): a worker's task-channel
-    server listens on 127.0.0.1 and the process has no ``libuv-worker`` thread."""
+    server and a control-channel server listen on 127.0.0.1, and the process has no
+    ``libuv-worker`` thread."""
     pytest.importorskip("uvloop")
     code = textwrap.dedent(
         """
         import asyncio, os
         from nbcluster._runtime.core.channel import ChannelServer
         from nbcluster._runtime.loops import new_event_loop
+        from nbcluster._runtime.protocol.ctrl import CtrlServer
 
         async def serve(*args):
             return None
@@ -62,11 +64,12 @@ def test_a_task_channel_server_on_uvloop_starts_no_libuv_threads() -> None:
         async def main():
             server = ChannelServer("t" * 64, serve, max_frame=1 << 20, local=False)
             address = await server.start("127.0.0.1")
+            ctrl = await CtrlServer("t" * 64, {}, max_frame=1 << 20).start("127.0.0.1")
             names = [
                 open(f"/proc/self/task/{t}/comm").read().strip()
                 for t in os.listdir("/proc/self/task")
             ]
-            print(address, names.count("libuv-worker"))
+            print(address, ctrl, names.count("libuv-worker"))
 
         loop = new_event_loop()
         print(type(loop).__module__)
@@ -77,6 +80,6 @@ def test_a_task_channel_server_on_uvloop_starts_no_libuv_threads() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     ).stdout.split("\n")
     assert out[0].startswith("uvloop"), out
-    address, threads = out[1].split()
-    assert address.startswith("127.0.0.1:")
+    address, ctrl, threads = out[1].split()
+    assert address.startswith("127.0.0.1:") and ctrl.startswith("127.0.0.1:")
     assert threads == "0"

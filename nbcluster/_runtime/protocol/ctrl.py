@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from nbcluster._runtime.netaddr import numeric_listener
 from nbcluster._runtime.protocol import errors
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.hello import HELLO_TIMEOUT_S, OK, REFUSED, Hello, token_fits
@@ -274,9 +275,15 @@ class CtrlServer:
     async def start(self, host: str) -> str:
         """Listen on ``host`` (an ephemeral port); return ``host:port``."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _ServerProtocol(self), host, 0, ssl=self._ssl
-        )
+        listener = numeric_listener(host)  # no getaddrinfo: no libuv thread pool
+        if listener is not None:
+            self._server = await loop.create_server(
+                lambda: _ServerProtocol(self), sock=listener, ssl=self._ssl
+            )
+        else:
+            self._server = await loop.create_server(
+                lambda: _ServerProtocol(self), host, 0, ssl=self._ssl
+            )
         port = self._server.sockets[0].getsockname()[1]
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         return self.address
