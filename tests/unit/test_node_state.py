@@ -129,6 +129,22 @@ def test_a_grant_carries_the_workers_task_channel_address() -> None:
     assert ns.worker_registered(b"id001", 7, "127.0.0.1:9999", "127.0.0.1:9998") == []
     grant = only_grant(ask(ns, b"r1", CPU=1))
     assert grant.worker.channel_address == "127.0.0.1:9998"
+    assert grant.worker.ctrl_address == ""  # a worker that serves no control channel
+
+
+def test_a_grant_carries_the_workers_control_channel_address() -> None:
+    """The head creates an actor on the worker's control channel, named in the grant."""
+    ns = make_node(prestart=1)
+    ns.start()
+    assert (
+        ns.worker_registered(b"id001", 7, "127.0.0.1:9999", "127.0.0.1:9998", "127.0.0.1:9997")
+        == []
+    )
+    grant = only_grant(ask(ns, b"r1", CPU=0))
+    assert (grant.worker.channel_address, grant.worker.ctrl_address) == (
+        "127.0.0.1:9998",
+        "127.0.0.1:9997",
+    )
 
 
 def test_unknown_worker_registration_is_killed() -> None:

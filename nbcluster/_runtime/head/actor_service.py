@@ -31,6 +31,8 @@ from nbcluster._runtime.head.actors import (
     Verify,
 )
 from nbcluster._runtime.head.state import HeadState
+from nbcluster._runtime.protocol import tls
+from nbcluster._runtime.protocol.ctrl import CtrlBroken, open_async
 from nbcluster._runtime.protocol.errors import RpcFailure, is_unavailable
 from nbcluster._runtime.protocol.rpc import Channels, pb
 from nbcluster._runtime.scheduling.policy import ACTOR_LEASE_OWNER, NodeView, fits, load
@@ -327,6 +329,10 @@ class ActorManager:
         from the actor; a worker that really died is reported by its node, and then the
         error goes to the caller, which decides on a restart.
         """
+        if lease.worker_ctrl_address:
+            reply = await self._create_over_ctrl(lease.worker_ctrl_address, spec)
+            if reply is not None:
+                return reply
         stub = self.channels.stub(lease.worker_address, "core")
         for attempt in itertools.count(1):
             try:
@@ -339,6 +345,31 @@ class ActorManager:
                 log.info("actor %s: creation call unanswered; asking again", actor_id.hex()[:8])
                 await asyncio.sleep(min(0.05 * attempt, 1.0))
         raise AssertionError("unreachable")
+
+    async def _create_over_ctrl(self, address: str, spec: pb.TaskSpec) -> Any:
+        """``CreateActor`` on the worker's control channel (``protocol/ctrl.py``), closed
+        after: the head opens no gRPC channel to each new actor's worker. None when the
+        channel fails; the caller then asks over gRPC (``__init__`` runs once however often
+        the worker is asked, and a worker that died fails there as it always did)."""
+        settings = tls.current()
+        try:
+            conn = await open_async(
+                address,
+                self.channels.token,
+                max_frame=self.channels.max_message_bytes,
+                ssl_context=tls.ssl_context(settings, server=False) if settings else None,
+                server_hostname=settings.server_name if settings else None,
+                timeout=10,
+            )
+        except RpcFailure as err:
+            log.info("actor creation over %s: no control channel (%s)", address, err.details())
+            return None
+        try:
+            return await conn.call("CreateActor", spec, pb.TaskReply, None)
+        except CtrlBroken:
+            return None
+        finally:
+            conn.close()
 
     async def _lease(self, rec: ActorRecord, address: str) -> pb.LeaseReply | None:
         hops = 0

@@ -262,6 +262,7 @@ class NodeService(pb_grpc.NodeManagerServicer):
                     worker_id=ins.worker.worker_id,
                     worker_address=ins.worker.address,
                     worker_channel_address=ins.worker.channel_address,
+                    worker_ctrl_address=ins.worker.ctrl_address,
                     worker_pid=ins.worker.pid,
                     gpu_ids=ins.lease.gpu_ids,
                     node_id=self.state.node_id,
@@ -417,7 +418,11 @@ class NodeService(pb_grpc.NodeManagerServicer):
         record = self.state.workers.get(request.worker_id)
         self.apply(
             self.state.worker_registered(
-                request.worker_id, request.pid, request.address, request.channel_address
+                request.worker_id,
+                request.pid,
+                request.address,
+                request.channel_address,
+                request.ctrl_address,
             )
         )
         return pb.WorkerRegisterReply(

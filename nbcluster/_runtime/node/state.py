@@ -41,6 +41,7 @@ class WorkerRecord:
     pid: int = 0
     address: str = ""
     channel_address: str = ""  # where it serves task channels (told to its lease holders)
+    ctrl_address: str = ""  # its control channel (the head creates an actor there)
     lease_id: bytes | None = None
     blocked: bool = False
     env: str = ""  # runtime_env key ("" = the plain environment); workers are pooled per env
@@ -251,9 +252,15 @@ class NodeState:
         return [Redirect(request_id, "CANCELLED")]
 
     def worker_registered(
-        self, worker_id: bytes, pid: int, address: str, channel_address: str = ""
+        self,
+        worker_id: bytes,
+        pid: int,
+        address: str,
+        channel_address: str = "",
+        ctrl_address: str = "",
     ) -> list[Instruction]:
-        """A started worker is ready to take tasks (``channel_address``: its task channels)."""
+        """A started worker is ready to take tasks (``channel_address``: its task channels;
+        ``ctrl_address``: its control channel)."""
         w = self.workers.get(worker_id)
         if (
             w is not None
@@ -266,7 +273,7 @@ class NodeState:
         if w is None or w.state is not WorkerState.STARTING:
             return [KillWorker(worker_id, "unknown worker registered")]
         w.state, w.pid, w.address = WorkerState.IDLE, pid, address
-        w.channel_address = channel_address
+        w.channel_address, w.ctrl_address = channel_address, ctrl_address
         self.idle.append(worker_id)
         return self._dispatch()
 

@@ -501,8 +501,9 @@ class AsyncCtrlConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def call(self, method: str, request: Any, reply_type: type, timeout: float) -> Any:
-        """Send ``request`` to ``method``; the reply, or the :class:`RpcFailure` of its code."""
+    async def call(self, method: str, request: Any, reply_type: type, timeout: float | None) -> Any:
+        """Send ``request`` to ``method``; the reply, or the :class:`RpcFailure` of its code
+        (``timeout`` None: wait as long as the call runs)."""
         if self.closed or self.transport is None:
             raise CtrlBroken("the control channel is closed", self.address)
         self._next = self._next % 0xFFFFFFFF + 1

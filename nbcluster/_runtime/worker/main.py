@@ -766,6 +766,7 @@ def main() -> None:
                 pid=os.getpid(),
                 address=client.address,
                 channel_address=client.service.channel_address(),
+                ctrl_address=client.service.ctrl_address(),
             ),
             timeout=30,
         )

@@ -22,6 +22,7 @@ from nbcluster._runtime.core.channel import ChannelServer
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.protocol import faults, tls
+from nbcluster._runtime.protocol.ctrl import CtrlServer, token_fits
 from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.worker.owner_stream import OwnerStream
@@ -59,6 +60,7 @@ class WorkerService(CoreWorkerService):
         self.executor = executor
         self.creating: dict[bytes, concurrent.futures.Future[pb.TaskReply]] = {}
         self.channels: ChannelServer | None = None
+        self.ctrl: CtrlServer | None = None
 
     async def start_channels(self) -> None:
         """Serve task channels (core/channel.py) beside gRPC, on the same host."""
@@ -72,10 +74,25 @@ class WorkerService(CoreWorkerService):
             local=self.client.config.task_channel_local,
         )
         await self.channels.start(self.client.host)
+        # The head creates an actor here over a control channel (protocol/ctrl.py), so it
+        # opens no gRPC channel to each new actor's worker.
+        if self.client.config.control_channels and token_fits(self.client.token):
+            ssl_context = tls.ssl_context(settings, server=True) if settings else None
+            self.ctrl = CtrlServer(
+                self.client.token,
+                {"CreateActor": (self.CreateActor, pb.TaskSpec)},
+                max_frame=self.client.config.rpc_max_message_bytes,
+                ssl_context=ssl_context,
+            )
+            await self.ctrl.start(self.client.host)
 
     def channel_address(self) -> str:
         """Where this worker serves task channels ("": it does not)."""
         return self.channels.address if self.channels is not None else ""
+
+    def ctrl_address(self) -> str:
+        """Where this worker serves its control channel ("": it does not)."""
+        return self.ctrl.address if self.ctrl is not None else ""
 
     async def TaskChannel(self, request: pb.Empty, context: Any) -> pb.TaskChannelReply:
         return pb.TaskChannelReply(address=self.channel_address())

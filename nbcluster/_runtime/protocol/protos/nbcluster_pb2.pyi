@@ -590,7 +590,7 @@ class LeaseRequest(_message.Message):
     def __init__(self, resources: _Optional[_Mapping[str, float]] = ..., owner_address: _Optional[str] = ..., job_id: _Optional[bytes] = ..., no_spillback: _Optional[bool] = ..., request_id: _Optional[bytes] = ..., strategy: _Optional[str] = ..., runtime_env: _Optional[str] = ...) -> None: ...
 
 class LeaseReply(_message.Message):
-    __slots__ = ("status", "lease_id", "worker_id", "worker_address", "worker_pid", "gpu_ids", "spill_address", "message", "node_id", "worker_channel_address")
+    __slots__ = ("status", "lease_id", "worker_id", "worker_address", "worker_pid", "gpu_ids", "spill_address", "message", "node_id", "worker_channel_address", "worker_ctrl_address")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         GRANTED: _ClassVar[LeaseReply.Status]
@@ -613,6 +613,7 @@ class LeaseReply(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_CHANNEL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_CTRL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     status: LeaseReply.Status
     lease_id: bytes
     worker_id: bytes
@@ -623,7 +624,8 @@ class LeaseReply(_message.Message):
     message: str
     node_id: bytes
     worker_channel_address: str
-    def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., worker_pid: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., spill_address: _Optional[str] = ..., message: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_channel_address: _Optional[str] = ...) -> None: ...
+    worker_ctrl_address: str
+    def __init__(self, status: _Optional[_Union[LeaseReply.Status, str]] = ..., lease_id: _Optional[bytes] = ..., worker_id: _Optional[bytes] = ..., worker_address: _Optional[str] = ..., worker_pid: _Optional[int] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., spill_address: _Optional[str] = ..., message: _Optional[str] = ..., node_id: _Optional[bytes] = ..., worker_channel_address: _Optional[str] = ..., worker_ctrl_address: _Optional[str] = ...) -> None: ...
 
 class OwnerRef(_message.Message):
     __slots__ = ("owner_address",)
@@ -646,16 +648,18 @@ class CancelLeaseRequest(_message.Message):
     def __init__(self, request_id: _Optional[bytes] = ...) -> None: ...
 
 class WorkerRegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "pid", "address", "channel_address")
+    __slots__ = ("worker_id", "pid", "address", "channel_address", "ctrl_address")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CTRL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     worker_id: bytes
     pid: int
     address: str
     channel_address: str
-    def __init__(self, worker_id: _Optional[bytes] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., channel_address: _Optional[str] = ...) -> None: ...
+    ctrl_address: str
+    def __init__(self, worker_id: _Optional[bytes] = ..., pid: _Optional[int] = ..., address: _Optional[str] = ..., channel_address: _Optional[str] = ..., ctrl_address: _Optional[str] = ...) -> None: ...
 
 class WorkerRegisterReply(_message.Message):
     __slots__ = ("node_id", "head_address", "store_dir", "session_dir", "runtime_env")
