@@ -104,6 +104,34 @@ def test_sleeps_when_idle_and_a_connection_wakes_it_through_the_relay() -> None:
     asyncio.run(main())
 
 
+def test_a_worker_that_starts_asleep_starts_grpc_only_when_asked() -> None:
+    """``start_asleep``: the placeholder takes the address and no server starts; the first
+    connection starts one (relayed), and an idle spell closes it again."""
+
+    async def main() -> None:
+        host = _Host(asyncio.Event())
+        dormancy = Dormancy(host, 0.1)  # type: ignore[arg-type]
+        port = dormancy.start_asleep("127.0.0.1")
+        host.address = f"127.0.0.1:{port}"
+        dormancy.start(lambda: False)
+        try:
+            await asyncio.sleep(0.3)  # idle: still no server, nothing started
+            assert host.server is None and host.started == 0
+            assert dormancy.asleep and dormancy.sleeps == 1 and dormancy.wakes == 0
+            async with grpc.aio.insecure_channel(host.address) as ch:
+                md = auth_metadata(TOKEN)
+                assert await _say(ch)(b"hi", metadata=md, timeout=10) == b"echo:hi"
+                assert host.started == 1 and dormancy.wakes == 1
+                await _until(lambda: dormancy.asleep and dormancy.sleeps == 2)
+        finally:
+            await dormancy.stop()
+            if host.server is not None:
+                await host.server.stop(None)
+            await host.channels.close()
+
+    asyncio.run(main())
+
+
 def test_a_call_in_flight_or_a_running_task_holds_sleep_off() -> None:
     async def main() -> None:
         gate = asyncio.Event()

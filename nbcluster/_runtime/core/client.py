@@ -146,12 +146,14 @@ class CoreClient:
 
     async def _start_async(self, servicer_factory: Callable[[CoreClient], Any] | None) -> None:
         self.service = (servicer_factory or CoreWorkerService)(self)
-        self.server, port = self.new_server(0)
-        self.address = f"{self.host}:{port}"
-        self.table.address = self.address
-        await self.server.start()
         if self.mode == "worker" and self.config.worker_grpc_idle_s > 0:
             self.dormancy = Dormancy(self, self.config.worker_grpc_idle_s)
+            port = self.dormancy.start_asleep(self.host)  # gRPC starts when first asked
+        else:
+            self.server, port = self.new_server(0)
+            await self.server.start()
+        self.address = f"{self.host}:{port}"
+        self.table.address = self.address
 
     def new_server(self, port: int) -> tuple[Any, int]:
         """Our CoreWorker server, not started, bound to ``host:port`` (0: any port), and the
