@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import grpc
+
 from nbcluster._runtime.head.actor_service import ActorManager
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.protocol.ctrl import CtrlServer
@@ -88,3 +90,26 @@ def test_a_lease_without_a_control_channel_uses_grpc() -> None:
     worker = FakeWorker()
     reply, _ = asyncio.run(_create(worker, ""))
     assert reply.task_id == b"t1" and worker.calls == [("grpc", b"a1")]
+
+
+def test_a_reply_lost_on_the_control_channel_is_asked_again_over_grpc() -> None:
+    """``UNAVAILABLE`` from the control channel (a lost reply, as the F13 injector makes it)
+    is asked again over gRPC; the worker's ``CreateActor`` is idempotent."""
+    worker = FakeWorker()
+
+    async def lose_reply(request: pb.TaskSpec, context: Any) -> pb.TaskReply:
+        await worker.create(request, context, "ctrl")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "reply dropped")
+        raise AssertionError("unreachable")
+
+    async def main() -> tuple[pb.TaskReply, Channels]:
+        ctrl = CtrlServer(TOKEN, {"CreateActor": (lose_reply, pb.TaskSpec)}, max_frame=1 << 20)
+        address = await ctrl.start("127.0.0.1")
+        try:
+            return await _create(worker, address)
+        finally:
+            await ctrl.close()
+
+    reply, _ = asyncio.run(main())
+    assert reply.task_id == b"t1"
+    assert worker.calls == [("ctrl", b"a1"), ("grpc", b"a1")]

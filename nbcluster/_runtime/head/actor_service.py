@@ -32,8 +32,8 @@ from nbcluster._runtime.head.actors import (
 )
 from nbcluster._runtime.head.state import HeadState
 from nbcluster._runtime.protocol import tls
-from nbcluster._runtime.protocol.ctrl import CtrlBroken, open_async
-from nbcluster._runtime.protocol.errors import RpcFailure, is_unavailable
+from nbcluster._runtime.protocol.ctrl import open_async
+from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable, is_unavailable
 from nbcluster._runtime.protocol.rpc import Channels, pb
 from nbcluster._runtime.scheduling.policy import ACTOR_LEASE_OWNER, NodeView, fits, load
 
@@ -349,8 +349,9 @@ class ActorManager:
     async def _create_over_ctrl(self, address: str, spec: pb.TaskSpec) -> Any:
         """``CreateActor`` on the worker's control channel (``protocol/ctrl.py``), closed
         after: the head opens no gRPC channel to each new actor's worker. None when the
-        channel fails; the caller then asks over gRPC (``__init__`` runs once however often
-        the worker is asked, and a worker that died fails there as it always did)."""
+        channel fails or the call is lost (``UNAVAILABLE``); the caller then asks over gRPC
+        (``__init__`` runs once however often the worker is asked, and a worker that died
+        fails there as it always did)."""
         settings = tls.current()
         try:
             conn = await open_async(
@@ -366,7 +367,7 @@ class ActorManager:
             return None
         try:
             return await conn.call("CreateActor", spec, pb.TaskReply, None)
-        except CtrlBroken:
+        except RpcUnavailable:  # broken, or the reply was lost: ask again over gRPC
             return None
         finally:
             conn.close()

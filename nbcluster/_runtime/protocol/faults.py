@@ -192,10 +192,19 @@ class FaultInjector(grpc.aio.ServerInterceptor):
             or not (self.has(name, "request") or self.has(name, "reply"))
         ):
             return handler
-        inner = handler.unary_unary
+        return grpc.unary_unary_rpc_method_handler(
+            self.unary(name, handler.unary_unary),
+            handler.request_deserializer,
+            handler.response_serializer,
+        )
+
+    def unary(self, name: str, inner: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+        """``inner(request, context)`` losing its request or reply as the rules for ``name``
+        say (as ``UNAVAILABLE``): for gRPC servicers and control-channel methods alike (both
+        contexts' ``abort`` raise)."""
         injector = self
 
-        async def faulty(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def faulty(request: Any, context: Any) -> Any:
             if injector.fire(name, "request"):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: request dropped")
             reply = await inner(request, context)
@@ -203,9 +212,7 @@ class FaultInjector(grpc.aio.ServerInterceptor):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "injected fault: reply dropped")
             return reply
 
-        return grpc.unary_unary_rpc_method_handler(
-            faulty, handler.request_deserializer, handler.response_serializer
-        )
+        return faulty
 
 
 _warned = False

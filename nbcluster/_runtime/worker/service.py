@@ -78,9 +78,13 @@ class WorkerService(CoreWorkerService):
         # opens no gRPC channel to each new actor's worker.
         if self.client.config.control_channels and token_fits(self.client.token):
             ssl_context = tls.ssl_context(settings, server=True) if settings else None
+            create: Any = self.CreateActor
+            injector = faults.current()  # testing only (F13): None in production
+            if injector is not None:
+                create = injector.unary("CreateActor", create)
             self.ctrl = CtrlServer(
                 self.client.token,
-                {"CreateActor": (self.CreateActor, pb.TaskSpec)},
+                {"CreateActor": (create, pb.TaskSpec)},
                 max_frame=self.client.config.rpc_max_message_bytes,
                 ssl_context=ssl_context,
             )
