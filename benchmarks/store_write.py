@@ -28,7 +28,7 @@ import timeit
 
 import numpy as np
 
-from nbcluster._runtime.objects import store
+from nbcluster._runtime.objects import filling, store
 from nbcluster._runtime.serialization import deserialize, serialize
 
 
@@ -77,7 +77,7 @@ def main() -> None:
 
         def recycled_rate(mapped_min: int, threads: int) -> float:
             nonlocal oid
-            store.MAPPED_WRITE_MIN, store.copy_threads = mapped_min, threads
+            store.MAPPED_WRITE_MIN, filling.copy_threads = mapped_min, threads
             times = []
             for _ in range(args.repeat):
                 store.delete_object(work, oid, recycle_limit=limit)
@@ -87,7 +87,7 @@ def main() -> None:
                 times.append(time.perf_counter() - t0)
             return nbytes / statistics.median(times)
 
-        defaults = store.MAPPED_WRITE_MIN, store.copy_threads
+        defaults = store.MAPPED_WRITE_MIN, filling.copy_threads
         try:
             # Interleaved rounds, so load from other processes hits every variant alike.
             runs: dict[str, list[float]] = {"pwritev": [], "mapped1": [], "mapped2": []}
@@ -96,7 +96,7 @@ def main() -> None:
                 runs["mapped1"].append(recycled_rate(0, 1))
                 runs["mapped2"].append(recycled_rate(0, 2))
         finally:
-            store.MAPPED_WRITE_MIN, store.copy_threads = defaults
+            store.MAPPED_WRITE_MIN, filling.copy_threads = defaults
         recycled = {k: statistics.median(v) for k, v in runs.items()}
 
         def get() -> None:

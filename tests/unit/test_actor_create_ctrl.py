@@ -4,6 +4,7 @@ over gRPC when that channel fails: real servers on loopback in this process, no 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -53,20 +54,22 @@ async def _create(worker: FakeWorker, ctrl_address: str) -> tuple[pb.TaskReply, 
     return reply, channels
 
 
+async def _create_over(
+    worker: FakeWorker, handler: Callable[..., Awaitable[pb.TaskReply]]
+) -> tuple[pb.TaskReply, Channels]:
+    """:func:`_create` with the worker serving ``CreateActor`` on a control channel."""
+    ctrl = CtrlServer(TOKEN, {"CreateActor": (handler, pb.TaskSpec)}, max_frame=1 << 20)
+    address = await ctrl.start("127.0.0.1")
+    try:
+        return await _create(worker, address)
+    finally:
+        await ctrl.close()
+
+
 def test_the_head_creates_an_actor_over_the_workers_control_channel() -> None:
     worker = FakeWorker()
 
-    async def main() -> tuple[pb.TaskReply, Channels]:
-        ctrl = CtrlServer(
-            TOKEN, {"CreateActor": (worker.create_over_ctrl, pb.TaskSpec)}, max_frame=1 << 20
-        )
-        address = await ctrl.start("127.0.0.1")
-        try:
-            return await _create(worker, address)
-        finally:
-            await ctrl.close()
-
-    reply, channels = asyncio.run(main())
+    reply, channels = asyncio.run(_create_over(worker, worker.create_over_ctrl))
     assert reply.task_id == b"t1"
     assert worker.calls == [("ctrl", b"a1")]
     assert not channels._channels  # no gRPC channel was opened to the worker
@@ -102,14 +105,6 @@ def test_a_reply_lost_on_the_control_channel_is_asked_again_over_grpc() -> None:
         await context.abort(grpc.StatusCode.UNAVAILABLE, "reply dropped")
         raise AssertionError("unreachable")
 
-    async def main() -> tuple[pb.TaskReply, Channels]:
-        ctrl = CtrlServer(TOKEN, {"CreateActor": (lose_reply, pb.TaskSpec)}, max_frame=1 << 20)
-        address = await ctrl.start("127.0.0.1")
-        try:
-            return await _create(worker, address)
-        finally:
-            await ctrl.close()
-
-    reply, _ = asyncio.run(main())
+    reply, _ = asyncio.run(_create_over(worker, lose_reply))
     assert reply.task_id == b"t1"
     assert worker.calls == [("ctrl", b"a1"), ("grpc", b"a1")]

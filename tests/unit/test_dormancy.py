@@ -52,6 +52,13 @@ class _Host:
         self.address = f"127.0.0.1:{port}"
         await self.server.start()
 
+    async def close(self, dormancy: Dormancy) -> None:
+        """Stop ``dormancy``, then the server it left running (if any) and the channels."""
+        await dormancy.stop()
+        if self.server is not None:
+            await self.server.stop(None)
+        await self.channels.close()
+
 
 async def _until(check: Any, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
@@ -95,10 +102,7 @@ def test_sleeps_when_idle_and_a_connection_wakes_it_through_the_relay() -> None:
                     assert await _say(ch2)(b"x", metadata=md, timeout=10) == b"echo:x"
                 assert dormancy.wakes == 2 and not (dormancy._relays - pipes)
         finally:
-            await dormancy.stop()
-            if host.server is not None:
-                await host.server.stop(None)
-            await host.channels.close()
+            await host.close(dormancy)
         assert rpc._activity is None  # stop() stops counting
 
     asyncio.run(main())
@@ -124,10 +128,7 @@ def test_a_worker_that_starts_asleep_starts_grpc_only_when_asked() -> None:
                 assert host.started == 1 and dormancy.wakes == 1
                 await _until(lambda: dormancy.asleep and dormancy.sleeps == 2)
         finally:
-            await dormancy.stop()
-            if host.server is not None:
-                await host.server.stop(None)
-            await host.channels.close()
+            await host.close(dormancy)
 
     asyncio.run(main())
 
@@ -172,10 +173,7 @@ def test_a_call_in_flight_or_a_running_task_holds_sleep_off() -> None:
             finally:
                 await peer.server.stop(None)
         finally:
-            await dormancy.stop()
-            if host.server is not None:
-                await host.server.stop(None)
-            await host.channels.close()
+            await host.close(dormancy)
 
     asyncio.run(main())
 

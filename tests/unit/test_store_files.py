@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from nbcluster._runtime.objects import dirs, store
+from nbcluster._runtime.objects import dirs, filling, store
 from nbcluster._runtime.serialization import ALIGNMENT, deserialize, serialize
 
 MiB = 1 << 20
@@ -166,12 +166,12 @@ def test_freed_files_are_reused(shm_dir: str) -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_recycled_file_is_written_through_a_mapping(shm_dir: str, monkeypatch, threads) -> None:
-    monkeypatch.setattr(store, "copy_threads", threads)
-    monkeypatch.setattr(store, "_PARALLEL_COPY_MIN", 1 * MiB)  # split even this small value
+    monkeypatch.setattr(filling, "copy_threads", threads)
+    monkeypatch.setattr(filling, "_PARALLEL_COPY_MIN", 1 * MiB)  # split even this small value
     store.allocate_pool_files(shm_dir, [8 * MiB])
     calls = []
-    real = store._write_mapped
-    monkeypatch.setattr(store, "_write_mapped", lambda *a: calls.append(a[1]) or real(*a))
+    real = store.write_mapped
+    monkeypatch.setattr(store, "write_mapped", lambda *a: calls.append(a[1]) or real(*a))
     # Odd sizes and several buffers: the split and the gaps between buffers must be exact.
     value = {
         "a": np.arange(3 * MiB // 8 + 3, dtype=np.float64),
@@ -192,7 +192,7 @@ def test_a_recycled_file_is_written_through_a_mapping(shm_dir: str, monkeypatch,
 def test_a_smaller_pool_file_is_written_without_a_mapping(shm_dir: str, monkeypatch) -> None:
     # Its extra pages are not allocated: a mapping could SIGBUS on a full disk.
     store.allocate_pool_files(shm_dir, [2 * MiB])
-    monkeypatch.setattr(store, "_write_mapped", lambda *a: pytest.fail("mapped"))
+    monkeypatch.setattr(store, "write_mapped", lambda *a: pytest.fail("mapped"))
     arr = np.arange(4 * MiB // 8, dtype=np.float64)
     store.write_object(shm_dir, oid(1), serialize(arr))
     assert pool(shm_dir) == []  # the pool file was used all the same

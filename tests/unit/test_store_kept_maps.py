@@ -98,3 +98,36 @@ def test_a_trimmed_file_is_dropped_and_kept_maps_expire(shm_dir) -> None:
     while len(maps) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(maps) == 0  # an idle process holds no kept mapping
+
+
+def test_a_kept_file_freed_during_the_reservation_is_rewritten(shm_dir) -> None:
+    # The free of the object just dropped reaches the node ahead of the next write's
+    # reservation: once the reservation is answered, the writer's kept file is pooled and
+    # the write goes into it, rather than mapping another file.
+    store.allocate_pool_files(shm_dir, [SIZE + MiB, SIZE + MiB])
+    put(shm_dir, 1, 1.0)
+    first = inode(shm_dir, 1)
+    assert km.kept_maps.fitting(SIZE) and not km.kept_maps.fitting(4 * SIZE)
+    reused, calls = km.kept_maps.reused, []
+
+    def reserve() -> None:
+        calls.append(1)
+        free(shm_dir, 1)
+
+    store.write_object(shm_dir, oid(2), serialize(value(2.0)), reserve=reserve)
+    assert calls == [1]
+    assert inode(shm_dir, 2) == first and km.kept_maps.reused == reused + 1
+    assert len(store.pool_file_sizes(shm_dir)) == 1  # the other pool file is still there
+    np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(2))), value(2.0))
+
+
+def test_a_kept_file_whose_object_lives_on_is_not_waited_for_twice(shm_dir) -> None:
+    store.allocate_pool_files(shm_dir, [SIZE + MiB, SIZE + MiB])
+    put(shm_dir, 1, 1.0)
+    calls = []
+    store.write_object(shm_dir, oid(2), serialize(value(2.0)), reserve=lambda: calls.append(1))
+    assert calls == [1]  # asked once, before the write; the write took the other pool file
+    assert inode(shm_dir, 2) != inode(shm_dir, 1)
+    assert store.pool_file_sizes(shm_dir) == []
+    np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(1))), value(1.0))
+    np.testing.assert_array_equal(deserialize(store.read_object(shm_dir, oid(2))), value(2.0))

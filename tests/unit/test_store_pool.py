@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from nbcluster._runtime.objects.pool import WarmPool, usable
 
 MiB = 1 << 20
@@ -64,3 +66,16 @@ def test_files_no_recent_write_would_use_are_dropped() -> None:
     assert pool.plan([128 * MiB], PLENTY) == ([100 * MiB], [])  # 128 MiB can take 100 MiB
     assert usable(128 * MiB, 100 * MiB) and not usable(128 * MiB, 10 * MiB)
     assert usable(MiB, 8) and usable(MiB - 1, MiB)  # smaller files are kept (part fits)
+
+
+def test_files_are_allocated_only_once_large_writes_pause() -> None:
+    pool = WarmPool(GiB, quiet_s=0.25)
+    assert pool.wait_s(now=100.0) == 0.0  # nothing written yet (the node's initial files)
+    pool.wrote(1000, now=100.0)  # small writes never hold it back
+    assert pool.wait_s(now=100.0) == 0.0
+    pool.writing(100 * MiB, now=100.0)  # a large write reserved its room
+    assert pool.wait_s(now=100.1) == pytest.approx(0.15)
+    pool.wrote(100 * MiB, now=100.2)  # ... and was sealed: the quiet period starts again
+    assert pool.wait_s(now=100.3) == pytest.approx(0.15)
+    assert pool.wait_s(now=100.45) == 0.0
+    assert pool.plan([], PLENTY)[0] == [100 * MiB, 100 * MiB]

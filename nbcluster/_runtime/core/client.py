@@ -37,6 +37,7 @@ from nbcluster._runtime.core.ownership import (
     Release,
     Waiter,
 )
+from nbcluster._runtime.core.releases import Releases
 from nbcluster._runtime.core.service import CoreWorkerService
 from nbcluster._runtime.core.store_writer import write_to_local_store
 from nbcluster._runtime.loops import new_event_loop
@@ -96,10 +97,9 @@ class CoreClient:
         self._counter_lock = threading.Lock()
         self._derefs: collections.deque[bytes] = collections.deque()
         self._deref_scheduled = False
-        self._pending_frees: list[tuple[str, bytes]] = []
-        self._pending_unborrows: list[tuple[str, bytes]] = []
-        self._release_lock = threading.Lock()
-        self._release_scheduled = False
+        self.releases = Releases(
+            self.loop, self.node, self.core, lambda: self.address, lambda: self.closed
+        )
         self.closed = False
         self.current_task_id = b""  # set by the worker executor while a task runs
         self.current_pg: tuple[bytes, bool] | None = None  # (group, capture) of the running task
@@ -222,8 +222,8 @@ class CoreClient:
             self.submitter.shutdown()
             self.actor_submitter.shutdown()
             if release:
-                self._queue_release(release)
-                await self._flush_releases()
+                self.releases.queue(release)
+                await self.releases.flush()
             if self.dormancy is not None:
                 await self.dormancy.stop()
             if self.server is not None:
@@ -296,7 +296,7 @@ class CoreClient:
         while derefs:
             release = self.table.remove_local_ref(derefs.popleft())
             if release:
-                self._queue_release(release)
+                self.releases.queue(release, on_loop=True)
 
     def flush_derefs(self) -> None:
         """Process dropped refs now (tests and shutdown)."""
@@ -306,43 +306,7 @@ class CoreClient:
         self._drain_derefs()
 
     def _queue_release(self, release: Release) -> None:
-        with self._release_lock:
-            self._pending_frees.extend(release.free_in_store)
-            self._pending_unborrows.extend(release.unborrow)
-            if self._release_scheduled or self.closed and not self.loop.is_running():
-                return
-            self._release_scheduled = True
-        with contextlib.suppress(RuntimeError):  # loop closed at interpreter exit
-            self.loop.call_soon_threadsafe(self._schedule_flush)
-
-    def _schedule_flush(self) -> None:
-        self.loop.create_task(self._flush_releases())
-
-    async def _flush_releases(self) -> None:
-        with self._release_lock:
-            frees, self._pending_frees = self._pending_frees, []
-            unborrows, self._pending_unborrows = self._pending_unborrows, []
-            self._release_scheduled = False
-        by_node: dict[str, list[bytes]] = {}
-        for addr, oid in frees:
-            by_node.setdefault(addr, []).append(oid)
-        by_owner: dict[str, list[bytes]] = {}
-        for addr, oid in unborrows:
-            by_owner.setdefault(addr, []).append(oid)
-        calls = [
-            self.node(a).FreeObjects(pb.ObjectIds(object_ids=ids), timeout=10)
-            for a, ids in by_node.items()
-        ]
-        calls += [
-            self.core(a).UpdateBorrows(
-                pb.BorrowRequest(object_ids=ids, borrower_address=self.address, add=False),
-                timeout=10,
-            )
-            for a, ids in by_owner.items()
-        ]
-        for result in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(result, BaseException) and not isinstance(result, RpcFailure):
-                log.debug("release failed: %r", result)
+        self.releases.queue(release)
 
     def register_borrows(self, object_ids: Sequence[bytes]) -> Coroutine[Any, Any, None]:
         """Tell owners we hold refs to their objects (awaited before a task replies)."""

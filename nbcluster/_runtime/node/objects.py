@@ -120,6 +120,7 @@ class NodeObjects:
             self.on_change()
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"OutOfDisk: {err}")
         self.on_change()
+        self.pool.writing(request.size, time.monotonic())
         if request.size >= objstore.RECYCLE_MIN_SIZE and not self.file_backed:
             objstore.promote_waiting(self.store_dir)  # so the writer finds them in the pool
         return pb.CreateObjectReply(path=objstore.object_path(self.store_dir, request.object_id))
@@ -171,7 +172,7 @@ class NodeObjects:
         if not self.store.seal(request.object_id):  # freed while it was being written
             objstore.delete_object(self.store_dir, request.object_id)
         self._keep_pool_within_capacity()  # (after the write took its pool file, if any)
-        self.pool.wrote(request.size)
+        self.pool.wrote(request.size, time.monotonic())
         self.refill_pool()
         return pb.Empty()
 
@@ -227,19 +228,36 @@ class NodeObjects:
         self._pool_task = self.loop.create_task(self._refill_pool(initial))
 
     async def _refill_pool(self, initial: bool) -> None:
+        # One file at a time, each once large writes have paused (``WarmPool.wait_s``).
         try:
-            sizes, drop = (self.pool.initial(), []) if initial else self._pool_plan()
-            if drop:
-                objstore.drop_pool_files(self.store_dir, drop)
-            while sizes:
+            pending = self.pool.initial() if initial else []
+            while True:
+                if not pending:  # files no recent write can use go at once (an unlink)
+                    sizes, drop = self._pool_plan()
+                    if drop:
+                        objstore.drop_pool_files(self.store_dir, drop)
+                    if not sizes:
+                        return
+                await self._until_writes_pause()
+                if pending:
+                    size = pending.pop(0)
+                else:
+                    sizes, _ = self._pool_plan()  # (the writes meanwhile may have used some)
+                    if not sizes:
+                        return
+                    size = sizes[0]
                 made = await self.loop.run_in_executor(
-                    self._pool_executor, objstore.allocate_pool_files, self.store_dir, sizes
+                    self._pool_executor, objstore.allocate_pool_files, self.store_dir, [size]
                 )
                 if not made:
                     return  # the disk is full: try again after the next write
-                sizes, _ = self._pool_plan()
         except OSError:
             log.exception("allocating reusable store files failed")
+
+    async def _until_writes_pause(self) -> None:
+        """Wait until no large write has come for ``pool.quiet_s`` (``objects.pool``)."""
+        while (wait := self.pool.wait_s(time.monotonic())) > 0:
+            await asyncio.sleep(wait)
 
     def _pool_plan(self) -> tuple[list[int], list[int]]:
         objstore.promote_waiting(self.store_dir)  # freed files whose readers are gone
@@ -380,7 +398,7 @@ class NodeObjects:
         self.on_change()
         self._keep_pool_within_capacity()
         self.fetched_bytes += size
-        self.pool.wrote(size)
+        self.pool.wrote(size, time.monotonic())
         self.refill_pool()
         return pb.ObjectInfoReply(
             found=True, path=objstore.object_path(self.store_dir, oid), size=size

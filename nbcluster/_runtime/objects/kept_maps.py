@@ -98,6 +98,16 @@ class KeptMaps:
     def __len__(self) -> int:
         return len(self._maps)
 
+    def fitting(self, size: int) -> bool:
+        """Whether a kept file could take an object of ``size`` bytes once it is freed."""
+        with self._lock:
+            candidates = list(self._maps)
+        for kept in candidates:
+            with contextlib.suppress(OSError):
+                if fits(kept.length, os.fstat(kept.fd).st_size, size):
+                    return True
+        return False
+
     def claim(self, pool_files: list[str], size: int, tmp: str) -> tuple[KeptMap | None, list[str]]:
         """``(kept, released)``: a kept file, freed and seen by nobody else, renamed to
         ``tmp`` and truncated to ``size`` bytes (``None`` if no kept file qualifies); and

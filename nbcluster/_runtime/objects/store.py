@@ -40,7 +40,7 @@ fresh tmpfs page for every 4 KiB (``/dev/shm`` has no huge pages unless mounted 
 write). So a new file is written with ``os.pwritev`` straight from the numpy buffer (one
 copy, no page faults), and a large object goes, whenever possible, into a file whose
 pages are allocated and zeroed already, through a ``MAP_POPULATE`` mapping copied by two
-threads (``_write_mapped``; never into a file with unallocated pages, where a full disk
+threads (``filling.write_mapped``; never into a file with unallocated pages, where a full disk
 would be a ``SIGBUS``). Those files come from **recycling**: ``delete_object(...,
 recycle_limit=N)`` keeps freed files of at least ``RECYCLE_MIN_SIZE`` in ``.free/`` (up to
 N bytes in all) and ``write_object`` overwrites the smallest one that fits (and is at most
@@ -64,10 +64,8 @@ A file that another process still views is never rewritten, as in recycling.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import errno
-import functools
 import itertools
 import mmap
 import os
@@ -75,9 +73,16 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from nbcluster._runtime.objects.dirs import free_bytes
+from nbcluster._runtime.objects.filling import (
+    IOV_MAX,
+    close_quiet,
+    copy_chunks,
+    pwritev_all,
+    pwritev_at,
+    run_aside,
+    write_mapped,
+)
 from nbcluster._runtime.objects.kept_maps import KeptMap, kept_maps
 from nbcluster._runtime.objects.readers import (
     LOCKS,
@@ -118,18 +123,12 @@ _CHECK_PREFIX = ".check-"
 _BUSY_PREFIX = ".busy-"
 _FILE_MODE = 0o600
 _DIR_MODE = 0o700
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if os.sysconf("SC_IOV_MAX") > 0 else 16
 _MAX_RW = 0x7FFFF000  # Linux moves at most this many bytes per read/write call
 _COPY_CHUNK = 8 << 20
 _ZERO_CHUNK = 1 << 20
 _MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
-_NUMPY_COPY_MIN = 256 << 10
-_PARALLEL_COPY_MIN = 16 << 20
-#: Threads that copy one large piece of a put (1 turns the parallel copy off).
-copy_threads = 2
-_copy_executor: concurrent.futures.ThreadPoolExecutor | None = None
 _counter = itertools.count()
 
 
@@ -170,12 +169,16 @@ def write_object(
     chunks = value.chunks()
     tmp = _temp_path(store_dir, object_id)
     if size >= MAPPED_WRITE_MIN and len(kept_maps):
-        freed = _pool_files(store_dir, _BUSY_PREFIX) + _pool_files(store_dir)
-        kept, released = kept_maps.claim([path for _, path in freed], size, tmp)
+        kept = _claim_kept(store_dir, size, tmp)
+        if kept is None and reserve is not None and kept_maps.fitting(size):
+            # A kept file that fits still holds an object: most often the one freed just
+            # before this write, its free sent ahead of this reservation. After the reply
+            # the node has pooled it: a round trip instead of mapping another file.
+            reserve()
+            reserve = None
+            kept = _claim_kept(store_dir, size, tmp)
         if kept is not None:
             return _write_kept(kept, tmp, final, chunks, reserve)
-        if released:
-            promote_waiting(store_dir)  # (the files were busy only for our own mapping)
     mapping: mmap.mmap | None = None
     fd, allocated = _open_new(store_dir, tmp, size)
     try:
@@ -191,23 +194,23 @@ def write_object(
                 _unlink_quiet(tmp)
                 fd, allocated = _open_new(store_dir, tmp, size)
         if allocated and size >= MAPPED_WRITE_MIN:
-            mapping = _write_mapped(fd, size, chunks)
+            mapping = write_mapped(fd, size, chunks)
         else:
             if reserve is not None:
                 reserve()
                 reserve = None
             try:
-                _pwritev_all(fd, chunks)
+                pwritev_all(fd, chunks)
             except OSError as err:
                 if err.errno != errno.ENOSPC or trim_free_pool(store_dir) == 0:
                     raise
-                _pwritev_all(fd, chunks)
+                pwritev_all(fd, chunks)
         if reserve is not None:
             reserve()
         _seal(tmp, final)
     except BaseException:
         if mapping is not None:
-            _close_quiet(mapping)
+            close_quiet(mapping)
         if fd >= 0:
             os.close(fd)
         _unlink_quiet(tmp)
@@ -229,7 +232,7 @@ def _write_kept(
 ) -> int:
     """Write into a kept file (claimed and renamed to ``tmp``) through its kept mapping."""
     try:
-        _copy_chunks(kept.mapping, kept.length, chunks)
+        copy_chunks(kept.mapping, kept.length, chunks)
         if reserve is not None:
             reserve()
         _seal(tmp, final)
@@ -242,12 +245,17 @@ def _write_kept(
     return kept.length
 
 
+def _claim_kept(store_dir: str, size: int, tmp: str) -> KeptMap | None:
+    freed = _pool_files(store_dir, _BUSY_PREFIX) + _pool_files(store_dir)
+    kept, released = kept_maps.claim([path for _, path in freed], size, tmp)
+    if released:
+        promote_waiting(store_dir)  # (the files were busy only for our own mapping)
+    return kept
+
+
 def _keep(kept: KeptMap) -> None:
     for old in kept_maps.keep(kept):
-        if copy_threads < 2 or _cpus() < 2:
-            old.close()
-        else:
-            _copy_pool().submit(old.close)
+        run_aside(old.close)
 
 
 def read_object(store_dir: str, object_id: bytes) -> memoryview | None:
@@ -527,94 +535,6 @@ def _seal(tmp: str, final: str) -> None:
     os.unlink(tmp)
 
 
-def _write_mapped(fd: int, size: int, chunks: list[bytes | memoryview]) -> mmap.mmap:
-    """Copy ``chunks`` into ``fd``'s first ``size`` bytes through a pre-faulted mapping;
-    return the mapping (the caller keeps it for its next write, or closes it).
-
-    Only for files whose pages are all allocated (a recycled file): ``MAP_POPULATE`` maps
-    them in one call, so the copy runs without page faults at memcpy speed, and large
-    pieces are copied by numpy with the GIL released (by two threads when the piece is
-    big enough and the machine has two cores to spare).
-    """
-    mapping = mmap.mmap(
-        fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
-    )
-    try:
-        _copy_chunks(mapping, size, chunks)
-    except BaseException:
-        _close_quiet(mapping)
-        raise
-    return mapping
-
-
-def _copy_chunks(mapping: mmap.mmap, size: int, chunks: list[bytes | memoryview]) -> None:
-    """Copy ``chunks`` back to back into the first ``size`` bytes of ``mapping``."""
-    dest = np.frombuffer(mapping, dtype=np.uint8, count=size)
-    pos = 0
-    for chunk in chunks:
-        n = len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
-        if n >= _NUMPY_COPY_MIN:
-            _parallel_copy(dest[pos : pos + n], np.frombuffer(chunk, dtype=np.uint8))
-        elif n:
-            dest[pos : pos + n] = np.frombuffer(chunk, dtype=np.uint8)
-        pos += n
-    del dest
-
-
-def _close_quiet(mapping: mmap.mmap) -> None:
-    with contextlib.suppress(BufferError):  # a view still exported: unmapped when collected
-        mapping.close()
-
-
-def _parallel_copy(dest: np.ndarray, src: np.ndarray) -> None:
-    """``np.copyto(dest, src)``; halves in two threads for large copies on 2+ free cores."""
-    n = src.nbytes
-    if n < _PARALLEL_COPY_MIN or copy_threads < 2 or _cpus() < 2:
-        np.copyto(dest, src)
-        return
-    half = (n // 2) & ~4095
-    other = _copy_pool().submit(np.copyto, dest[half:], src[half:])
-    np.copyto(dest[:half], src[:half])
-    other.result()
-
-
-@functools.cache
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-
-
-def _copy_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _copy_executor
-    if _copy_executor is None:
-        _copy_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nbc-copy")
-    return _copy_executor
-
-
-def _pwritev_all(fd: int, chunks: list[bytes | memoryview]) -> None:
-    """Write ``chunks`` back to back from offset 0, handling short writes and IOV_MAX."""
-    _pwritev_at(fd, [memoryview(c) for c in chunks], 0)
-
-
-def _pwritev_at(fd: int, views: list[memoryview], offset: int) -> None:
-    count = len(views)
-    i = 0
-    while i < count:
-        written = os.pwritev(fd, views[i : i + _IOV_MAX], offset)
-        if written <= 0:
-            raise OSError(errno.EIO, "pwritev made no progress")
-        offset += written
-        while written and i < count:
-            n = views[i].nbytes
-            if written >= n:
-                written -= n
-                i += 1
-            else:
-                views[i] = views[i][written:]
-                written = 0
-        while i < count and views[i].nbytes == 0:
-            i += 1
-
-
 def _copy_fd(fd_in: int, fd_out: int, size: int) -> None:
     """Copy ``size`` bytes from the start of ``fd_in`` to ``fd_out``'s position."""
     offset = 0
@@ -760,11 +680,11 @@ def _write_zeros(fd: int, size: int) -> None:
     zeros = memoryview(bytes(_ZERO_CHUNK))
     offset = 0
     while offset < size:
-        n = min(size - offset, _ZERO_CHUNK * _IOV_MAX)
+        n = min(size - offset, _ZERO_CHUNK * IOV_MAX)
         views = [zeros] * (n // _ZERO_CHUNK)
         if n % _ZERO_CHUNK:
             views.append(zeros[: n % _ZERO_CHUNK])
-        _pwritev_at(fd, views, offset)
+        pwritev_at(fd, views, offset)
         offset += n
 
 
