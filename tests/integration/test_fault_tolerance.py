@@ -181,7 +181,7 @@ def test_l03_spilling_restores_every_object_then_full_store_errors(cluster, monk
 def test_l04_memory_monitor_kills_the_newest_retriable_task(
     cluster, monkeypatch, tmp_path: Path
 ) -> None:
-    from nbcluster._runtime.node.service import memory_fraction
+    from nbcluster._runtime.node.memory import memory_fraction
 
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     threshold = memory_fraction() + (1.0 * 2**30 / total) / 2

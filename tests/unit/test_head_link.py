@@ -11,7 +11,7 @@ import asyncio
 import types
 from typing import Any
 
-from nbcluster._runtime.node.service import HeadLink
+from nbcluster._runtime.node.head_link import HeadLink
 from nbcluster._runtime.protocol.rpc import pb
 
 

@@ -19,14 +19,10 @@ from nbcluster._runtime import proc
 from nbcluster._runtime.config import Config
 from nbcluster._runtime.node import autoscaling
 from nbcluster._runtime.node.agent_service import NodeAgentServicer, make_agent
+from nbcluster._runtime.node.head_link import HeadLink
+from nbcluster._runtime.node.memory import memory_monitor
 from nbcluster._runtime.node.objects import NodeObjects, TransferService
-from nbcluster._runtime.node.service import (
-    BundlesService,
-    HeadLink,
-    NodeService,
-    WorkerProcesses,
-    memory_monitor,
-)
+from nbcluster._runtime.node.service import BundlesService, NodeService, WorkerProcesses
 from nbcluster._runtime.node.state import NodeState
 from nbcluster._runtime.node.zygote import Zygote, preload_worker_modules
 from nbcluster._runtime.objects import dirs as storedirs

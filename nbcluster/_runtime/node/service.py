@@ -1,7 +1,8 @@
 """gRPC shell around :class:`NodeState` and the node's object store.
 
 It carries out the state machine's instructions: it answers held lease requests, starts
-and ends worker processes, and keeps the head informed through heartbeats.
+and ends worker processes. The head hears from the node through ``head_link``; the
+memory monitor is ``memory``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from nbcluster._runtime.node.state import (
     Grant,
     Instruction,
     KillWorker,
-    Lease,
     NodeState,
     PendingReports,
     Redirect,
@@ -35,13 +35,13 @@ from nbcluster._runtime.node.state import (
 )
 from nbcluster._runtime.node.zygote import Zygote, decode_status
 from nbcluster._runtime.protocol.ctrl import Method
-from nbcluster._runtime.protocol.errors import RpcFailure, RpcUnavailable, is_unavailable
+from nbcluster._runtime.protocol.errors import RpcFailure, is_unavailable
 from nbcluster._runtime.protocol.protos import bundles_pb2, bundles_pb2_grpc
-from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, make_channel, pb, pb_grpc
+from nbcluster._runtime.protocol.rpc import AuthedStub, Channels, pb, pb_grpc
 from nbcluster._runtime.running_mark import mark_dir, mark_path, read_mark
 from nbcluster._runtime.runtime_env.agent import RuntimeEnvAgent
 from nbcluster._runtime.runtime_env.venv_zygote import VenvZygote
-from nbcluster._runtime.scheduling.policy import ACTOR_LEASE_OWNER, NodeView
+from nbcluster._runtime.scheduling.policy import ACTOR_LEASE_OWNER
 
 log = logging.getLogger(__name__)
 
@@ -593,200 +593,3 @@ class BundlesService(bundles_pb2_grpc.BundlesServicer):
         indexes = [b.index for b in request.bundles]
         self.node.apply(self.node.state.cancel_bundles(request.pg_id, indexes))
         return bundles_pb2.BundlesReply(ok=True)
-
-
-def memory_fraction() -> float:
-    """Fraction of this machine's (or cgroup's) memory in use."""
-    try:
-        limit = open("/sys/fs/cgroup/memory.max").read().strip()  # noqa: SIM115
-        if limit != "max":
-            current = int(open("/sys/fs/cgroup/memory.current").read())  # noqa: SIM115
-            stat = dict(
-                line.split()
-                for line in open("/sys/fs/cgroup/memory.stat")  # noqa: SIM115
-            )
-            reclaimable = int(stat.get("inactive_file", 0))
-            return max(0, current - reclaimable) / int(limit)
-    except (OSError, ValueError):
-        pass
-    info: dict[str, int] = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            info[key] = int(rest.split()[0])
-    total = info.get("MemTotal", 1)
-    return 1.0 - info.get("MemAvailable", total) / total
-
-
-async def memory_monitor(
-    service: NodeService,
-    threshold: float,
-    interval: float,
-    measure: Callable[[], float] = memory_fraction,
-) -> None:
-    """Kill the newest retriable task's worker while memory use is over ``threshold``.
-
-    Actors and idle workers are never chosen; the driver (a notebook kernel) is not a
-    worker of this node, so it is never the one killed.
-
-    It checks every ``interval`` seconds only while there is a task it could choose; with
-    none (an idle node, or one running only actors) it sleeps until a lease is granted.
-    """
-
-    def retriable() -> list[Lease]:
-        return [
-            lease
-            for lease in service.state.leases.values()
-            if not lease.owner.startswith(ACTOR_LEASE_OWNER)
-            and lease.worker_id not in service.oom_killed
-        ]
-
-    while True:
-        if not retriable():
-            service.leased.clear()
-            await service.leased.wait()
-            continue
-        await asyncio.sleep(interval)
-        used = measure()
-        if used < threshold:
-            continue
-        victims = retriable()
-        if not victims or service.workers is None:
-            continue
-        lease = victims[-1]  # the newest lease
-        service.oom_killed.add(lease.worker_id)
-        detail = (
-            f"killed by the memory monitor: node memory at {used:.0%} "
-            f"(threshold {threshold:.0%}); the newest retriable task was chosen"
-        )
-        service.workers.oom_details[lease.worker_id] = detail
-        log.warning("%s (worker %s)", detail, lease.worker_id.hex()[:8])
-        service.workers.kill(lease.worker_id, force=True)
-
-
-class HeadLink:
-    """Registration and heartbeats to the head; feeds the cluster view back to the state."""
-
-    def __init__(
-        self,
-        service: NodeService,
-        token: str,
-        info: pb.NodeInfo,
-        interval: float,
-        keepalive: float | None = None,
-    ) -> None:
-        self.service = service
-        self.token = token
-        self.info = info
-        self.interval = interval
-        self.keepalive = max(interval, keepalive if keepalive is not None else interval)
-        self.channel = make_channel(service.head_address, token)
-        self.stub = AuthedStub(pb_grpc.HeadStub(self.channel), token)
-
-    async def register(self, budget_s: float = 30.0) -> None:
-        """Register with the head, retrying while it is unreachable (it may be starting)."""
-        deadline = time.monotonic() + budget_s
-        delay = 0.02
-        while True:
-            try:
-                await self.stub.RegisterNode(pb.RegisterNodeRequest(node=self.info), timeout=10)
-                return
-            except RpcFailure as err:
-                if not isinstance(err, RpcUnavailable) or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
-
-    def _report(self) -> pb.HeartbeatRequest:
-        st = self.service.state
-        stats = self.service.objects.store.stats()
-        return pb.HeartbeatRequest(
-            node_id=st.node_id,
-            available=st.available,
-            store_used=stats.used,
-            store_spilled=stats.spilled_bytes,
-            num_workers=len(st.workers),
-            pending_leases=len(st.pending),
-            total=st.total,
-            leased_workers=len(st.leases),
-        )
-
-    async def run(self) -> None:
-        """Report to the head when something changed, at most once per ``interval``.
-
-        A node with lease requests waiting reports every ``interval`` (its view of the
-        other nodes decides where they spill); an idle node only sends a keep-alive every
-        ``keepalive`` seconds, so it costs no CPU between them.
-
-        A report that looks as the last one still goes out when a lease was granted since:
-        the head counts the actors it places against its view of the node at once, and a
-        short-lived actor (granted and gone within one interval) would otherwise leave its
-        resources missing there until the keep-alive.
-        """
-        service = self.service
-        last = b""
-        last_sent = 0.0
-        last_grants = 0
-        while True:
-            await asyncio.sleep(self.interval)
-            if not service.state.pending:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    left = self.keepalive - (time.monotonic() - last_sent)
-                    await asyncio.wait_for(service.changed.wait(), timeout=max(0.0, left))
-            service.changed.clear()
-            request = self._report()
-            payload = request.SerializeToString(deterministic=True)
-            now = time.monotonic()
-            grants = service.grants
-            if (
-                payload == last
-                and grants == last_grants
-                and not service.state.pending
-                and now - last_sent < self.keepalive
-            ):
-                continue  # woken, but nothing the head sees changed
-            try:
-                reply = await self.stub.Heartbeat(request, timeout=max(self.interval * 4, 2.0))
-            except RpcFailure as err:
-                log.warning("heartbeat to head failed: %s", err.code().name)
-                continue
-            last, last_sent, last_grants = payload, now, grants
-            st = service.state
-            if reply.reregister:
-                if reply.fenced:
-                    log.warning(
-                        "this node was declared dead while unreachable: starting over as a new node"
-                    )
-                    await self.service.reset_as_new_node()
-                    self.info.node_id = self.service.state.node_id
-                else:
-                    log.warning(
-                        "the head does not know this node (it restarted): registering again"
-                    )
-                with contextlib.suppress(RpcFailure):
-                    await self.register()
-                continue
-            view = [
-                NodeView(
-                    n.node_id,
-                    n.address,
-                    dict(n.total),
-                    dict(n.available),
-                    n.alive,
-                    n.last_heartbeat,
-                )
-                for n in reply.nodes
-            ]
-            instructions = st.update_cluster_view(view)
-            if instructions:  # a new view alone is nothing to report
-                self.service.apply(instructions)
-            # ``changed`` is not cleared here: a lease granted while the heartbeat was in
-            # flight set it, and clearing it hid that change from the head until the next
-            # keep-alive (the head then offered other nodes' spills a CPU already taken).
-
-    async def unregister(self, reason: str = "node stopped") -> None:
-        with contextlib.suppress(RpcFailure):
-            await self.stub.UnregisterNode(
-                pb.NodeRef(node_id=self.service.state.node_id, reason=reason), timeout=2
-            )
-        await self.channel.close()

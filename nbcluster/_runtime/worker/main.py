@@ -30,24 +30,24 @@ from nbcluster._runtime.config import Config
 from nbcluster._runtime.core.client import CoreClient
 from nbcluster._runtime.core.driver import CoreDriver
 from nbcluster._runtime.protocol import faults
-from nbcluster._runtime.protocol.errors import RpcFailure
 from nbcluster._runtime.protocol.rpc import pb
 from nbcluster._runtime.running_mark import RunningMark
 from nbcluster._runtime.runtime_env import driver as runtime_env_driver
 from nbcluster._runtime.serialization import SerializedValue, deserialize, serialize
-from nbcluster._runtime.task_events import RunningAttempts, error_info
+from nbcluster._runtime.task_events import error_info
 from nbcluster._runtime.worker import actor_exit
 from nbcluster._runtime.worker.actor_runner import ActorCallRunner, cancel_call
 from nbcluster._runtime.worker.args import resolve_task_args
 from nbcluster._runtime.worker.concurrency import group_limits
 from nbcluster._runtime.worker.direct import DirectLoop, DirectStream, detach, hung_up
+from nbcluster._runtime.worker.event_log import EventLog
 from nbcluster._runtime.worker.executor_view import ExitRequest
 from nbcluster._runtime.worker.generators import (
     is_generator_call,
     run_generator,
     run_generator_async,
 )
-from nbcluster._runtime.worker.output import OutputCapture, Wakeup, flush_forever
+from nbcluster._runtime.worker.output import OutputCapture, flush_forever
 from nbcluster._runtime.worker.output import install as install_output
 from nbcluster._runtime.worker.owner_stream import OwnerStream, ReplySink
 from nbcluster._runtime.worker.returns import place, serialize_value, split_returns
@@ -126,10 +126,7 @@ class Executor:
         self.interruptible = False  # the main thread runs a task's code: see interrupt()
         self.blocked = False
         self.exit_after_reply = threading.Event()
-        self.events: list[Any] = []  # TaskEvent, or (spec, start, end, error): see _task_event
-        self.events_lock = threading.Lock()
-        self.events_ready = Wakeup()
-        self.live = RunningAttempts()  # reported RUNNING if still running at the next flush
+        self.event_log = EventLog()  # the attempts' events, sent to the head once a second
         self._lock = threading.Lock()
         self.pending: dict[bytes, tuple[pb.TaskSpec, ReplySink]] = {}
         self.output = OutputCapture()
@@ -644,50 +641,14 @@ class Executor:
             )
 
     def _started(self, spec: pb.TaskSpec, start: float) -> None:
-        with self.events_lock:
-            self.live.started(spec, start)
-        self.events_ready.set()  # the flush a second from now reports it if still running
+        self.event_log.started(spec, start)
 
     def _record_event(self, spec: pb.TaskSpec, reply: pb.TaskReply) -> None:
-        if spec.disable_task_events:  # enable_task_events=False (Ray's per-method option)
-            with self.events_lock:
-                self.live.ended(spec.task_id)  # no longer running (and never reported)
-            return
-        # The event itself is built by the flush, off the call's path (see _task_event).
-        ev = (spec, reply.start_time, reply.end_time, self.last_error if reply.is_error else None)
-        with self.events_lock:
-            self.events.append(ev)
-            self.live.ended(spec.task_id)
-        self.events_ready.set()
+        self.event_log.ended(spec, reply, self.last_error if reply.is_error else None)
 
     def busy(self) -> bool:
         """A task or actor call runs now."""
-        return len(self.live) > 0
-
-
-def _task_event(client: CoreClient, ev: Any) -> pb.TaskEvent:
-    """The FINISHED/FAILED event of an attempt recorded as ``(spec, start, end, error)``;
-    RUNNING events come already built."""
-    if isinstance(ev, pb.TaskEvent):
-        return ev
-    spec, start, end, error = ev
-    out = pb.TaskEvent(
-        task_id=spec.task_id,
-        job_id=spec.job_id,
-        name=spec.function_name,
-        node_id=client.node_id,
-        worker_id=client.worker_id,
-        worker_pid=os.getpid(),
-        state="FINISHED" if error is None else "FAILED",
-        start_time=start,
-        end_time=end,
-        parent_task_id=spec.parent_task_id,
-        attempt=spec.attempt,
-        actor_id=spec.actor_id,
-    )
-    if error is not None:
-        out.error_type, out.error_message = error
-    return out
+        return self.event_log.running()
 
 
 class WorkerClient(CoreClient):
@@ -710,24 +671,6 @@ class WorkerClient(CoreClient):
             in_store=True, size=loc.size, node_id=loc.node_id, node_address=loc.node_address
         )
         return self.map_from_store(loc.object_id, entry)
-
-
-async def _flush_events(client: CoreClient, executor: Executor) -> None:
-    while True:
-        await executor.events_ready.wait()  # no timer while no task runs
-        await asyncio.sleep(1.0)  # batch the events of a second
-        with executor.events_lock:
-            events, executor.events = executor.events, []
-            if len(executor.live):  # issue 17: attempts still running now are RUNNING
-                events[:0] = executor.live.due(client.node_id, client.worker_id, os.getpid())
-        if executor.owner_check():
-            executor.events_ready.set()  # look again in a second while the task runs
-        if events:
-            with contextlib.suppress(RpcFailure):
-                await client.head().ReportTaskEvents(
-                    pb.TaskEventsRequest(events=[_task_event(client, ev) for ev in events]),
-                    timeout=10,
-                )
 
 
 def main() -> None:
@@ -785,7 +728,9 @@ def main() -> None:
         )
     if client.dormancy is not None:  # gRPC sleeps while this worker idles
         client.loop.call_soon_threadsafe(client.dormancy.start, executor.busy)
-    asyncio.run_coroutine_threadsafe(_flush_events(client, executor), client.loop)
+    asyncio.run_coroutine_threadsafe(
+        executor.event_log.send_forever(client, executor.owner_check), client.loop
+    )
     asyncio.run_coroutine_threadsafe(flush_forever(executor.output), client.loop)
     install_output(executor.output)
     executor.run_forever()
