@@ -16,6 +16,7 @@ so killing them never takes the driver's own node. What Ray documents, each asse
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 
 import nbcluster
+from nbcluster._runtime.core.records import TaskRecord
 from nbcluster.exceptions import (
     ActorError,
     NodeDiedError,
@@ -184,3 +186,22 @@ def test_f12_a_non_retriable_task_on_a_hung_node_fails_with_node_died_error(
     )
     assert dead
     assert poll_for(lambda: sum(n["Alive"] for n in nbcluster.nodes()) == 2, timeout=30)
+
+
+def test_a_loop_of_small_values_pins_no_lineage(cluster) -> None:
+    """``x = step.remote(x)`` in a loop: each value is held by the driver (too small for the
+    store) and cannot be lost, so no record keeps its maker's. Before, every record the loop
+    made stayed alive through the last ref (3.8 KiB each: 75 MiB after 20,000 steps)."""
+    cluster(num_cpus=1)
+
+    @nbcluster.remote
+    def step(x: int) -> int:
+        return x + 1
+
+    x = step.remote(0)
+    for _ in range(1000):
+        x = step.remote(x)
+    assert nbcluster.get(x, timeout=120) == 1001
+    gc.collect()
+    alive = sum(isinstance(o, TaskRecord) for o in gc.get_objects())
+    assert alive < 50, f"{alive} task records are still alive"

@@ -38,7 +38,7 @@ from nbcluster._runtime.core.ownership import PENDING, READY, Entry, Release
 from nbcluster._runtime.core.pending_tasks import PendingReporter
 from nbcluster._runtime.core.records import FAST_TASK_S, KeyQueue, Lease, TaskRecord
 from nbcluster._runtime.core.routes import resolve_route
-from nbcluster._runtime.core.task_args import locality, lost_argument, rebuildable
+from nbcluster._runtime.core.task_args import locality, lost_argument, pins_lineage
 from nbcluster._runtime.core.thread_reads import LoopSpin
 from nbcluster._runtime.core.thread_tasks import ThreadTasks, fill_spec
 from nbcluster._runtime.protocol.errors import RpcFailure
@@ -520,8 +520,8 @@ class Submitter:
             entry = table.get(oid)
             if entry is None and rec.lineage:  # rebuilding rec: a freed argument is made again
                 entry = self._rebuild_freed(rec, oid, ready)
-            if entry is not None and entry.owned and rebuildable(entry.task):
-                if rec.lineage is None:  # pin the lineage of arguments that can be rebuilt
+            if entry is not None and pins_lineage(entry):
+                if rec.lineage is None:  # the makers of arguments that can be rebuilt
                     rec.lineage = {}
                 rec.lineage[oid] = entry.task
             if entry is not None:  # a reply a caller's thread would read comes here now
@@ -627,6 +627,8 @@ class Submitter:
                     is_error=reply.is_error,
                 )
                 ready.append(entry)
+        if rec.lineage and not any(loc.in_store for loc in reply.returns):
+            rec.lineage = None  # no output can be lost: it never reruns (Ray: lineage released)
         self._finish(rec, ready, replied=True)
         if orphans:
             rel = Release()

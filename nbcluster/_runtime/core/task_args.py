@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from nbcluster._runtime import exceptions as exc
+from nbcluster._runtime.core.ownership import READY, Entry
 from nbcluster._runtime.core.records import TaskRecord
 from nbcluster._runtime.protocol.rpc import pb
 
-__all__ = ["LOCALITY_MIN_BYTES", "locality", "lost_argument", "rebuildable"]
+__all__ = ["LOCALITY_MIN_BYTES", "locality", "lost_argument", "pins_lineage", "rebuildable"]
 
 
 def rebuildable(maker: Any) -> bool:
@@ -20,6 +21,15 @@ def rebuildable(maker: Any) -> bool:
         and maker.generator is None
         and maker.retries_left != 0
     )
+
+
+def pins_lineage(entry: Entry) -> bool:
+    """Whether a task taking ``entry`` keeps its maker's record, to make it again if it is
+    lost or freed before the task reruns: an owned object made by a rebuildable task, not
+    yet made or made into a store. A value the owner holds cannot be lost, and pinning its
+    maker would pin the maker's own lineage too: a loop ``x = step.remote(x)`` would keep
+    every record it ever made (Ray releases the lineage of a task with no store output)."""
+    return entry.owned and rebuildable(entry.task) and (entry.state != READY or entry.in_store)
 
 
 def lost_argument(rec: TaskRecord, error: BaseException) -> BaseException:
