@@ -627,7 +627,7 @@ class Submitter:
                     is_error=reply.is_error,
                 )
                 ready.append(entry)
-        if rec.lineage and not any(loc.in_store for loc in reply.returns):
+        if rec.lineage and rec.generator is None and not any(r.in_store for r in reply.returns):
             rec.lineage = None  # no output can be lost: it never reruns (Ray: lineage released)
         self._finish(rec, ready, replied=True)
         if orphans:
