@@ -158,7 +158,8 @@ def write_object(
     (the reply to ``CreateObject``, sent before this call) and raises if it refused. It is
     called before a new file is written (writing allocates the memory it reserved), but
     only after a recycled file is written (its memory is allocated already): the round
-    trip then overlaps the copy. When no pooled file fits, the pool is looked at again
+    trip then overlaps the copy. When no pooled file fits, or this process's kept file
+    that fits still holds an object, the pool and the kept files are looked at again
     after the reply (the node may have recycled a just-freed file meanwhile). Either way
     it returns before the object is sealed; if it raises, nothing is left behind.
     """
